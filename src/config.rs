@@ -1,0 +1,296 @@
+//! Typed settings: the embedded `config/default.toml`, then an optional `--config` file,
+//! then environment variables named `ASSIST__SECTION__KEY`.
+
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Env, Format, Toml};
+use figment::Figment;
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// The defaults, compiled in so the binary runs from any directory.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+/// The built-in system prompt of the assistant model.
+pub const DEFAULT_SYSTEM_PROMPT: &str = include_str!("../config/prompts/system.txt");
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub data_dir: PathBuf,
+    pub server: ServerSettings,
+    pub log: LogSettings,
+    pub assistant: AssistantSettings,
+    pub llm: LlmSettings,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    pub addr: String,
+    #[serde(deserialize_with = "list_or_comma_string")]
+    pub api_keys: Vec<String>,
+    pub max_body_bytes: usize,
+    pub shutdown_grace_secs: u64,
+    pub ollama_version: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    pub level: String,
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AssistantSettings {
+    pub model: String,
+    pub passthrough: bool,
+    pub system_prompt_file: String,
+    pub context_tokens: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmSettings {
+    pub provider: Provider,
+    pub base_url: String,
+    pub model: String,
+    pub api_key: String,
+    pub connect_timeout_secs: u64,
+    pub first_byte_timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    Ollama,
+    Openai,
+}
+
+/// A setting that cannot be used, with the key it belongs to.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid setting {key}: {reason}")]
+pub struct SettingsError {
+    pub key: String,
+    pub reason: String,
+}
+
+impl SettingsError {
+    fn new(key: &str, reason: impl Into<String>) -> Self {
+        Self {
+            key: key.to_string(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl Settings {
+    /// Defaults < `file` < environment (`ASSIST__SECTION__KEY`).
+    pub fn load(file: Option<&Path>) -> Result<Self, SettingsError> {
+        Self::load_with_env(file, Env::prefixed("ASSIST__").split("__"))
+    }
+
+    /// Defaults < `file`, ignoring the environment (tests, tools).
+    pub fn load_without_env(file: Option<&Path>) -> Result<Self, SettingsError> {
+        Self::load_with_env(file, Env::prefixed("ASSIST_UNUSED_NEVER_SET__"))
+    }
+
+    fn load_with_env(file: Option<&Path>, env: Env) -> Result<Self, SettingsError> {
+        let mut figment = Figment::from(Toml::string(DEFAULT_TOML));
+        if let Some(path) = file {
+            if !path.is_file() {
+                return Err(SettingsError::new(
+                    "--config",
+                    format!("file {} does not exist", path.display()),
+                ));
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        let settings: Settings = figment.merge(env).extract().map_err(|e| {
+            let key = if e.path.is_empty() {
+                "(file)".to_string()
+            } else {
+                e.path.join(".")
+            };
+            SettingsError::new(&key, e.kind.to_string())
+        })?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Checks what types alone cannot, naming the key at fault.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        let addr = &self.server.addr;
+        match addr.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
+            _ => {
+                return Err(SettingsError::new(
+                    "server.addr",
+                    format!("'{addr}' is not host:port"),
+                ))
+            }
+        }
+        if self.server.max_body_bytes < 1024 {
+            return Err(SettingsError::new(
+                "server.max_body_bytes",
+                "must be at least 1024",
+            ));
+        }
+        if self.server.api_keys.iter().any(|k| k.trim().is_empty()) {
+            return Err(SettingsError::new(
+                "server.api_keys",
+                "keys must not be empty",
+            ));
+        }
+        let model = self.assistant.model.trim();
+        if model.is_empty() || model.contains(char::is_whitespace) {
+            return Err(SettingsError::new(
+                "assistant.model",
+                "must be a non-empty name without spaces",
+            ));
+        }
+        if self.assistant.context_tokens < 256 {
+            return Err(SettingsError::new(
+                "assistant.context_tokens",
+                "must be at least 256",
+            ));
+        }
+        match reqwest::Url::parse(&self.llm.base_url) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => {}
+            Ok(url) => {
+                return Err(SettingsError::new(
+                    "llm.base_url",
+                    format!("scheme '{}' is not http or https", url.scheme()),
+                ))
+            }
+            Err(e) => {
+                return Err(SettingsError::new(
+                    "llm.base_url",
+                    format!("'{}' is not a URL: {e}", self.llm.base_url),
+                ))
+            }
+        }
+        if self.llm.model.trim().is_empty() {
+            return Err(SettingsError::new("llm.model", "must not be empty"));
+        }
+        if self.llm.connect_timeout_secs == 0 || self.llm.first_byte_timeout_secs == 0 {
+            return Err(SettingsError::new(
+                "llm.connect_timeout_secs / llm.first_byte_timeout_secs",
+                "must be at least 1 second",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The assistant's system prompt: the configured file or the built-in one.
+    pub fn system_prompt(&self) -> Result<String, SettingsError> {
+        let file = self.assistant.system_prompt_file.trim();
+        if file.is_empty() {
+            return Ok(DEFAULT_SYSTEM_PROMPT.trim().to_string());
+        }
+        std::fs::read_to_string(file)
+            .map(|s| s.trim().to_string())
+            .map_err(|e| SettingsError::new("assistant.system_prompt_file", format!("{file}: {e}")))
+    }
+}
+
+/// Accepts `["a", "b"]` (TOML) as well as `"a,b"` (environment variables).
+fn list_or_comma_string<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum ListOrString {
+        List(Vec<String>),
+        Str(String),
+    }
+    Ok(match ListOrString::deserialize(d)? {
+        ListOrString::List(v) => v,
+        ListOrString::Str(s) => s
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(toml: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), toml).unwrap();
+        f
+    }
+
+    #[test]
+    fn embedded_defaults_are_valid() {
+        let s = Settings::load_without_env(None).unwrap();
+        assert_eq!(s.server.addr, "127.0.0.1:8080");
+        assert_eq!(s.assistant.model, "brunix");
+        assert_eq!(s.llm.provider, Provider::Ollama);
+        assert!(s.server.api_keys.is_empty());
+        assert!(!s.system_prompt().unwrap().is_empty());
+    }
+
+    #[test]
+    fn file_overrides_only_the_keys_it_sets() {
+        let f = write("[llm]\nprovider = \"openai\"\nbase_url = \"http://h:1/v1\"\n");
+        let s = Settings::load_without_env(Some(f.path())).unwrap();
+        assert_eq!(s.llm.provider, Provider::Openai);
+        assert_eq!(s.llm.base_url, "http://h:1/v1");
+        assert_eq!(s.server.addr, "127.0.0.1:8080");
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API fixes the closure's error type
+    fn environment_overrides_file() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("c.toml", "[server]\naddr = \"127.0.0.1:9000\"\n")?;
+            jail.set_env("ASSIST__SERVER__ADDR", "0.0.0.0:7000");
+            jail.set_env("ASSIST__SERVER__API_KEYS", "k1, k2");
+            jail.set_env("ASSIST__DATA_DIR", "/tmp/x");
+            let s = Settings::load(Some(Path::new("c.toml"))).unwrap();
+            assert_eq!(s.server.addr, "0.0.0.0:7000");
+            assert_eq!(s.server.api_keys, vec!["k1", "k2"]);
+            assert_eq!(s.data_dir, PathBuf::from("/tmp/x"));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            ("[llm]\nprovider = \"bedrock\"\n", "llm.provider"),
+            ("[server]\naddr = \"nonsense\"\n", "server.addr"),
+            (
+                "[server]\nmax_body_bytes = \"big\"\n",
+                "server.max_body_bytes",
+            ),
+            ("[llm]\nbase_url = \"ftp://x\"\n", "llm.base_url"),
+            ("[llm]\nmodle = \"x\"\n", "llm"),
+            ("[assistant]\nmodel = \"\"\n", "assistant.model"),
+        ];
+        for (toml, key) in cases {
+            let f = write(toml);
+            let err = Settings::load_without_env(Some(f.path())).unwrap_err();
+            assert!(
+                err.to_string().contains(key),
+                "{toml:?}: error '{err}' does not name {key}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_config_file_is_an_error() {
+        let err = Settings::load_without_env(Some(Path::new("/nonexistent/x.toml"))).unwrap_err();
+        assert!(err.to_string().contains("does not exist"));
+    }
+}

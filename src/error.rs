@@ -1,0 +1,125 @@
+//! The one error type that crosses the pipeline. Each HTTP dialect renders it in its
+//! own shape (see `http::error`); the status and message are decided here.
+
+use axum::http::StatusCode;
+
+use crate::llm::UpstreamError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayError {
+    pub status: StatusCode,
+    /// OpenAI `error.type`.
+    pub kind: &'static str,
+    /// OpenAI `error.code`.
+    pub code: Option<&'static str>,
+    /// OpenAI `error.param`: the request field at fault.
+    pub param: Option<String>,
+    pub message: String,
+}
+
+impl std::fmt::Display for GatewayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for GatewayError {}
+
+impl GatewayError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            kind,
+            code: None,
+            param: None,
+            message: message.into(),
+        }
+    }
+
+    fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    /// 400 for a request the gateway cannot accept; `param` names the field.
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message);
+        e.param = Some(param.into());
+        e
+    }
+
+    pub fn model_not_found(model: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("model '{model}' not found"),
+        )
+        .with_code("model_not_found")
+    }
+
+    pub fn route_not_found(path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("no route for {path}"),
+        )
+        .with_code("not_found")
+    }
+
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            "method not allowed on this route",
+        )
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "authentication_error", message)
+            .with_code("invalid_api_key")
+    }
+
+    pub fn payload_too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("request body is larger than {limit} bytes"),
+        )
+        .with_code("request_too_large")
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+}
+
+impl From<UpstreamError> for GatewayError {
+    fn from(e: UpstreamError) -> Self {
+        use crate::llm::UpstreamErrorKind as K;
+        let message = e.to_string();
+        match e.kind {
+            K::Unreachable => Self::new(StatusCode::BAD_GATEWAY, "upstream_error", message)
+                .with_code("upstream_unreachable"),
+            K::Timeout => Self::new(StatusCode::GATEWAY_TIMEOUT, "upstream_error", message)
+                .with_code("upstream_timeout"),
+            K::Status(status) => match status {
+                400 | 422 => Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+                    .with_code("upstream_rejected_request"),
+                404 => Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
+                    .with_code("model_not_found"),
+                408 | 504 => Self::new(StatusCode::GATEWAY_TIMEOUT, "upstream_error", message)
+                    .with_code("upstream_timeout"),
+                429 => Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+                    .with_code("upstream_rate_limited"),
+                _ => Self::new(StatusCode::BAD_GATEWAY, "upstream_error", message)
+                    .with_code("upstream_error"),
+            },
+            K::Stream | K::Protocol | K::Closed => {
+                Self::new(StatusCode::BAD_GATEWAY, "upstream_error", message)
+                    .with_code("upstream_error")
+            }
+            K::Unsupported => Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+                .with_code("unsupported_by_upstream"),
+        }
+    }
+}

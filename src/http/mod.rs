@@ -1,0 +1,336 @@
+//! The HTTP surface: one router, the two dialects (`openai`, `ollama`), health, and the
+//! middleware they share (request ids, access log, keys, body limit).
+
+mod auth;
+mod error;
+mod health;
+mod ollama;
+mod openai;
+
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderMap, HeaderName, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::de::DeserializeOwned;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+
+use crate::app::AppState;
+use crate::error::GatewayError;
+use crate::llm::Usage;
+
+pub use error::error_response;
+
+static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Which API family a route belongs to; decides the error shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    OpenAi,
+    Ollama,
+}
+
+impl Dialect {
+    pub fn of_path(path: &str) -> Self {
+        if path.starts_with("/api/") {
+            Dialect::Ollama
+        } else {
+            Dialect::OpenAi
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Dialect::OpenAi => "openai",
+            Dialect::Ollama => "ollama",
+        }
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/models", get(openai::list_models))
+        .route("/v1/models/{*id}", get(openai::get_model))
+        .route("/api/chat", post(ollama::chat))
+        .route("/api/generate", post(ollama::generate))
+        .route("/api/tags", get(ollama::tags))
+        .route("/api/show", post(ollama::show))
+        .route("/api/version", get(ollama::version))
+        .route("/api/ps", get(ollama::ps))
+        .route("/health", get(health::health))
+        .route("/ready", get(health::ready))
+        .route("/", get(health::root))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ))
+        .layer(middleware::from_fn(access_log))
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
+        .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), MakeRequestUuid))
+        .with_state(state)
+}
+
+async fn not_found(req: Request) -> Response {
+    let path = req.uri().path();
+    error_response(Dialect::of_path(path), &GatewayError::route_not_found(path))
+}
+
+async fn method_not_allowed(req: Request) -> Response {
+    let path = req.uri().path();
+    error_response(Dialect::of_path(path), &GatewayError::method_not_allowed())
+}
+
+/// Marks a response whose request a `RequestLog` already logs (chat routes).
+#[derive(Clone, Copy)]
+struct LoggedByHandler;
+
+/// One line for every request that is not a chat request (those log their own line
+/// when their answer ends, with TTFT and token counts).
+async fn access_log(req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let request_id = request_id(req.headers());
+    let response = next.run(req).await;
+    if response.extensions().get::<LoggedByHandler>().is_none() {
+        tracing::info!(
+            request_id,
+            %method,
+            path,
+            status = response.status().as_u16(),
+            latency_ms = started.elapsed().as_secs_f64() * 1e3,
+            "request"
+        );
+    }
+    response
+}
+
+fn request_id(headers: &HeaderMap) -> String {
+    headers
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string()
+}
+
+/// Reads and parses a JSON body, in the limits the settings give. Errors name the field.
+async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<T, GatewayError> {
+    let limit = state.settings.server.max_body_bytes;
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let too_large = std::error::Error::source(&e)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            GatewayError::payload_too_large(limit)
+        } else {
+            GatewayError::invalid("body", format!("could not read the request body: {e}"))
+        }
+    })?;
+    parse_json(&bytes)
+}
+
+fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(GatewayError::invalid(
+            "body",
+            "the request body is empty; send a JSON object",
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.inner();
+        if inner.is_syntax() || inner.is_eof() {
+            GatewayError::invalid(
+                "body",
+                format!("the request body is not valid JSON: {inner}"),
+            )
+        } else if path == "." {
+            GatewayError::invalid("body", format!("invalid request: {inner}"))
+        } else {
+            GatewayError::invalid(path.clone(), format!("invalid value for '{path}': {inner}"))
+        }
+    })
+}
+
+/// The log line of one chat request, written when it is dropped: when the answer ended,
+/// failed, or the client went away. Never holds message content.
+pub(crate) struct RequestLog {
+    request_id: String,
+    dialect: Dialect,
+    route: &'static str,
+    model: String,
+    stream: bool,
+    started: Instant,
+    status: u16,
+    first_token: Option<Instant>,
+    deltas: u64,
+    usage: Option<Usage>,
+    outcome: &'static str,
+}
+
+impl RequestLog {
+    pub(crate) fn new(headers: &HeaderMap, dialect: Dialect, route: &'static str) -> Self {
+        Self {
+            request_id: request_id(headers),
+            dialect,
+            route,
+            model: String::new(),
+            stream: false,
+            started: Instant::now(),
+            status: 200,
+            first_token: None,
+            deltas: 0,
+            usage: None,
+            // Still "client_disconnected" if the stream is dropped before it ends.
+            outcome: "client_disconnected",
+        }
+    }
+
+    pub(crate) fn request(&mut self, model: &str, stream: bool) {
+        self.model = model.to_string();
+        self.stream = stream;
+    }
+
+    pub(crate) fn delta(&mut self) {
+        self.deltas += 1;
+        if self.first_token.is_none() {
+            self.first_token = Some(Instant::now());
+        }
+    }
+
+    pub(crate) fn first_token(&self) -> Option<Instant> {
+        self.first_token
+    }
+
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
+
+    pub(crate) fn done(&mut self, usage: Usage) {
+        self.usage = Some(usage);
+        self.outcome = "completed";
+    }
+
+    pub(crate) fn failed(&mut self, e: &GatewayError, in_stream: bool) {
+        if !in_stream {
+            self.status = e.status.as_u16();
+        }
+        self.outcome = if in_stream { "stream_error" } else { "error" };
+    }
+
+    /// A response built here is logged by this log, not by the access log.
+    pub(crate) fn mark(response: &mut Response) {
+        response.extensions_mut().insert(LoggedByHandler);
+    }
+}
+
+impl Drop for RequestLog {
+    fn drop(&mut self) {
+        let ttft_ms = self
+            .first_token
+            .map(|t| (t - self.started).as_secs_f64() * 1e3);
+        tracing::info!(
+            request_id = self.request_id,
+            dialect = self.dialect.as_str(),
+            route = self.route,
+            model = self.model,
+            stream = self.stream,
+            status = self.status,
+            outcome = self.outcome,
+            latency_ms = self.started.elapsed().as_secs_f64() * 1e3,
+            ttft_ms,
+            deltas = self.deltas,
+            completion_tokens = self.usage.map(|u| u.completion_tokens),
+            prompt_tokens = self.usage.map(|u| u.prompt_tokens),
+            "chat request"
+        );
+    }
+}
+
+/// Renders an error for a chat route and logs it.
+fn failed(mut log: RequestLog, e: GatewayError) -> Response {
+    log.failed(&e, false);
+    let mut response = error_response(log.dialect, &e);
+    RequestLog::mark(&mut response);
+    response
+}
+
+/// A streamed body with the given content type.
+fn streaming_response(
+    content_type: &'static str,
+    body: impl futures::Stream<Item = bytes::Bytes> + Send + 'static,
+) -> Response {
+    use futures::StreamExt;
+    let mut response = Response::new(Body::from_stream(
+        body.map(Ok::<_, std::convert::Infallible>),
+    ));
+    let headers = response.headers_mut();
+    headers.insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static(content_type),
+    );
+    headers.insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-cache"),
+    );
+    headers.insert(
+        HeaderName::from_static("x-accel-buffering"),
+        axum::http::HeaderValue::from_static("no"),
+    );
+    RequestLog::mark(&mut response);
+    response
+}
+
+/// A JSON response for a chat route (logged by its `RequestLog`).
+fn json_response(value: serde_json::Value) -> Response {
+    let mut response = (StatusCode::OK, axum::Json(value)).into_response();
+    RequestLog::mark(&mut response);
+    response
+}
+
+/// Seconds since the epoch, for `created` fields.
+fn unix_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// RFC 3339 with nanoseconds, for Ollama's `created_at`.
+fn rfc3339_now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct T {
+        messages: Vec<M>,
+    }
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct M {
+        role: String,
+    }
+
+    #[test]
+    fn json_errors_name_the_field() {
+        let e = parse_json::<T>(br#"{"messages":[{"role":1}]}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].role"));
+        assert!(e.message.contains("messages[0].role"), "{}", e.message);
+        let e = parse_json::<T>(b"{nope").unwrap_err();
+        assert!(e.message.contains("not valid JSON"));
+        let e = parse_json::<T>(b"{}").unwrap_err();
+        assert!(e.message.contains("messages"), "{}", e.message);
+        let e = parse_json::<T>(b"").unwrap_err();
+        assert!(e.message.contains("empty"));
+    }
+}

@@ -1,0 +1,588 @@
+//! The OpenAI dialect: `/v1/chat/completions`, `/v1/completions`, `/v1/models`.
+//! Parses requests into `ChatTurn`s and renders pipeline events as SSE or JSON.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::openai_body;
+use super::{
+    error_response, failed, json_response, read_json, streaming_response, unix_now, Dialect,
+    RequestLog,
+};
+use crate::app::AppState;
+use crate::error::GatewayError;
+use crate::llm::{GenParams, Input, Message, Role, ToolCall, UpstreamRequest, Usage};
+use crate::pipeline::{collect, ChatTurn, Event, EventStream, ServedModel};
+
+#[derive(Deserialize)]
+struct ChatRequest {
+    model: String,
+    messages: Vec<InMessage>,
+    #[serde(flatten)]
+    common: CommonFields,
+    tools: Option<Vec<Value>>,
+    tool_choice: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct CompletionRequest {
+    model: String,
+    prompt: Option<Prompt>,
+    suffix: Option<String>,
+    #[serde(flatten)]
+    common: CommonFields,
+}
+
+/// Fields both endpoints share. Anything not listed is accepted and ignored.
+#[derive(Deserialize)]
+struct CommonFields {
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    max_tokens: Option<u32>,
+    max_completion_tokens: Option<u32>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    seed: Option<i64>,
+    presence_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
+    stop: Option<OneOrMany>,
+    n: Option<u32>,
+    response_format: Option<Value>,
+    user: Option<Value>,
+    session_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct StreamOptions {
+    include_usage: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Prompt {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize)]
+struct InMessage {
+    role: String,
+    content: Option<Content>,
+    tool_calls: Option<Vec<InToolCall>>,
+    tool_call_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Deserialize)]
+struct Part {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+    image_url: Option<ImageUrl>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ImageUrl {
+    Object { url: String },
+    Url(String),
+}
+
+#[derive(Deserialize)]
+struct InToolCall {
+    id: Option<String>,
+    function: InFunction,
+}
+
+#[derive(Deserialize)]
+struct InFunction {
+    name: String,
+    arguments: Option<Value>,
+}
+
+/// Options that shape the rendering, not the request.
+struct Shape {
+    stream: bool,
+    include_usage: bool,
+}
+
+impl CommonFields {
+    fn into_parts(self) -> Result<(GenParams, Shape, Option<String>, Option<Value>), GatewayError> {
+        if let Some(n) = self.n.filter(|&n| n != 1) {
+            return Err(GatewayError::invalid(
+                "n",
+                format!("n = {n} is not supported: this gateway returns one choice"),
+            ));
+        }
+        if let Some(t) = self.temperature.filter(|t| !(0.0..=2.0).contains(t)) {
+            return Err(GatewayError::invalid(
+                "temperature",
+                format!("temperature must be between 0 and 2, got {t}"),
+            ));
+        }
+        if let Some(p) = self.top_p.filter(|p| !(0.0..=1.0).contains(p)) {
+            return Err(GatewayError::invalid(
+                "top_p",
+                format!("top_p must be between 0 and 1, got {p}"),
+            ));
+        }
+        let (param, max_tokens) = match (self.max_completion_tokens, self.max_tokens) {
+            (Some(m), _) => ("max_completion_tokens", Some(m)),
+            (None, m) => ("max_tokens", m),
+        };
+        if max_tokens == Some(0) {
+            return Err(GatewayError::invalid(
+                param,
+                format!("{param} must be at least 1"),
+            ));
+        }
+        let stream = self.stream.unwrap_or(false);
+        let shape = Shape {
+            stream,
+            include_usage: stream
+                && self
+                    .stream_options
+                    .and_then(|o| o.include_usage)
+                    .unwrap_or(false),
+        };
+        let params = GenParams {
+            max_tokens,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            stop: self.stop.map(OneOrMany::into_vec).unwrap_or_default(),
+            seed: self.seed,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            response_format: self
+                .response_format
+                .filter(|rf| rf.get("type").and_then(Value::as_str) != Some("text")),
+            ..GenParams::default()
+        };
+        Ok((params, shape, self.session_id, self.user))
+    }
+}
+
+fn message(i: usize, m: InMessage) -> Result<Message, GatewayError> {
+    let role = match m.role.as_str() {
+        "system" | "developer" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" | "function" => Role::Tool,
+        other => {
+            return Err(GatewayError::invalid(
+                format!("messages[{i}].role"),
+                format!("unknown role '{other}' in messages[{i}].role: use system, developer, user, assistant or tool"),
+            ))
+        }
+    };
+    let mut out = Message::text(role, "");
+    match m.content {
+        None => {}
+        Some(Content::Text(t)) => out.content = t,
+        Some(Content::Parts(parts)) => {
+            let mut texts = Vec::new();
+            for (j, part) in parts.into_iter().enumerate() {
+                let field = format!("messages[{i}].content[{j}]");
+                match (part.kind.as_str(), part.text, part.image_url) {
+                    ("text" | "input_text", Some(t), _) => texts.push(t),
+                    ("image_url", _, Some(ImageUrl::Object { url } | ImageUrl::Url(url))) => {
+                        out.images.push(url)
+                    }
+                    ("text" | "input_text", None, _) => {
+                        return Err(GatewayError::invalid(
+                            format!("{field}.text"),
+                            format!("{field} is a text part without 'text'"),
+                        ))
+                    }
+                    ("image_url", _, None) => {
+                        return Err(GatewayError::invalid(
+                            format!("{field}.image_url"),
+                            format!("{field} is an image part without 'image_url.url'"),
+                        ))
+                    }
+                    (other, _, _) => {
+                        return Err(GatewayError::invalid(
+                            format!("{field}.type"),
+                            format!("content part type '{other}' in {field} is not supported (use text or image_url)"),
+                        ))
+                    }
+                }
+            }
+            out.content = texts.join("\n");
+        }
+    }
+    out.tool_calls = m
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| ToolCall {
+            id: c.id.unwrap_or_else(ToolCall::new_id),
+            name: c.function.name,
+            arguments: match c.function.arguments {
+                Some(Value::String(s)) => ToolCall::parse_arguments(&s),
+                Some(v) => v,
+                None => json!({}),
+            },
+        })
+        .collect();
+    out.tool_call_id = m.tool_call_id;
+    Ok(out)
+}
+
+fn chat_turn(req: ChatRequest) -> Result<(ChatTurn, Shape), GatewayError> {
+    if req.model.trim().is_empty() {
+        return Err(GatewayError::invalid("model", "model must not be empty"));
+    }
+    if req.messages.is_empty() {
+        return Err(GatewayError::invalid(
+            "messages",
+            "messages must contain at least one message",
+        ));
+    }
+    let messages = req
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| message(i, m))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (params, shape, session_id, user) = req.common.into_parts()?;
+    let turn = ChatTurn {
+        request: UpstreamRequest {
+            model: req.model,
+            input: Input::Chat(messages),
+            params,
+            tools: req.tools.unwrap_or_default(),
+            tool_choice: req.tool_choice,
+        },
+        session_id,
+        user,
+    };
+    Ok((turn, shape))
+}
+
+fn completion_turn(req: CompletionRequest) -> Result<(ChatTurn, Shape), GatewayError> {
+    if req.model.trim().is_empty() {
+        return Err(GatewayError::invalid("model", "model must not be empty"));
+    }
+    let prompt = match req.prompt {
+        None => String::new(),
+        Some(Prompt::One(p)) => p,
+        Some(Prompt::Many(mut v)) if v.len() <= 1 => v.pop().unwrap_or_default(),
+        Some(Prompt::Many(_)) => {
+            return Err(GatewayError::invalid(
+                "prompt",
+                "only one prompt per request is supported",
+            ))
+        }
+    };
+    let (params, shape, session_id, user) = req.common.into_parts()?;
+    let turn = ChatTurn {
+        request: UpstreamRequest {
+            model: req.model,
+            input: Input::Prompt {
+                prompt,
+                suffix: req.suffix,
+                system: None,
+                raw: false,
+                images: Vec::new(),
+            },
+            params,
+            tools: Vec::new(),
+            tool_choice: None,
+        },
+        session_id,
+        user,
+    };
+    Ok((turn, shape))
+}
+
+/// Which of the two response families is being rendered.
+#[derive(Clone, Copy)]
+enum Kind {
+    Chat,
+    Text,
+}
+
+pub(crate) async fn chat_completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let log = RequestLog::new(&headers, Dialect::OpenAi, "/v1/chat/completions");
+    let parsed = read_json::<ChatRequest>(&state, body)
+        .await
+        .and_then(chat_turn);
+    respond(state, log, parsed, Kind::Chat).await
+}
+
+pub(crate) async fn completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let log = RequestLog::new(&headers, Dialect::OpenAi, "/v1/completions");
+    let parsed = read_json::<CompletionRequest>(&state, body)
+        .await
+        .and_then(completion_turn);
+    respond(state, log, parsed, Kind::Text).await
+}
+
+async fn respond(
+    state: AppState,
+    mut log: RequestLog,
+    parsed: Result<(ChatTurn, Shape), GatewayError>,
+    kind: Kind,
+) -> Response {
+    let (turn, shape) = match parsed {
+        Ok(p) => p,
+        Err(e) => return failed(log, e),
+    };
+    let model = turn.request.model.clone();
+    log.request(&model, shape.stream);
+    let events = match state.pipeline.run(turn).await {
+        Ok(events) => events,
+        Err(e) => return failed(log, e),
+    };
+    let meta = Meta {
+        id: match kind {
+            Kind::Chat => format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
+            Kind::Text => format!("cmpl-{}", uuid::Uuid::new_v4().simple()),
+        },
+        created: unix_now(),
+        model,
+        kind,
+        include_usage: shape.include_usage,
+    };
+    if shape.stream {
+        streaming_response("text/event-stream", sse(events, meta, log))
+    } else {
+        match collect(events).await {
+            Ok(answer) => {
+                log.done(answer.usage);
+                let message_or_text = match kind {
+                    Kind::Chat => {
+                        let mut message = json!({
+                            "role": "assistant",
+                            "content": if answer.text.is_empty() && !answer.tool_calls.is_empty() {
+                                Value::Null
+                            } else {
+                                json!(answer.text)
+                            },
+                        });
+                        if !answer.tool_calls.is_empty() {
+                            message["tool_calls"] = answer
+                                .tool_calls
+                                .iter()
+                                .map(|c| {
+                                    json!({"id": c.id, "type": "function",
+                                           "function": {"name": c.name, "arguments": c.arguments_text()}})
+                                })
+                                .collect();
+                        }
+                        ("message", message)
+                    }
+                    Kind::Text => ("text", json!(answer.text)),
+                };
+                let mut choice =
+                    json!({"index": 0, "finish_reason": answer.finish.as_str(), "logprobs": null});
+                choice[message_or_text.0] = message_or_text.1;
+                json_response(json!({
+                    "id": meta.id,
+                    "object": meta.object(false),
+                    "created": meta.created,
+                    "model": meta.model,
+                    "choices": [choice],
+                    "usage": usage_json(answer.usage),
+                    "system_fingerprint": null,
+                }))
+            }
+            Err(e) => failed(log, e),
+        }
+    }
+}
+
+struct Meta {
+    id: String,
+    created: i64,
+    model: String,
+    kind: Kind,
+    include_usage: bool,
+}
+
+impl Meta {
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.kind, chunk) {
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Text, _) => "text_completion",
+        }
+    }
+
+    /// One SSE event carrying one choice update.
+    fn chunk(&self, update: Value, finish: Option<&str>) -> Bytes {
+        let mut choice = json!({"index": 0, "finish_reason": finish});
+        match self.kind {
+            Kind::Chat => {
+                choice["delta"] = update;
+                choice["logprobs"] = Value::Null;
+            }
+            Kind::Text => {
+                choice["text"] = update;
+                choice["logprobs"] = Value::Null;
+            }
+        }
+        let mut chunk = json!({
+            "id": self.id,
+            "object": self.object(true),
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+        });
+        if self.include_usage {
+            chunk["usage"] = Value::Null;
+        }
+        frame(&chunk)
+    }
+
+    fn usage_chunk(&self, usage: Usage) -> Bytes {
+        frame(&json!({
+            "id": self.id,
+            "object": self.object(true),
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": usage_json(usage),
+        }))
+    }
+}
+
+fn usage_json(u: Usage) -> Value {
+    json!({
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+    })
+}
+
+/// `data: <json>` and the blank line that ends the event.
+fn frame(v: &Value) -> Bytes {
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(b"data: ");
+    serde_json::to_writer(&mut out, v).expect("a JSON value always serializes");
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}
+
+/// Pipeline events as OpenAI SSE: a role chunk, content chunks, one finish chunk, the
+/// usage chunk when asked, `[DONE]`. An error mid-stream is an error event, then the end.
+fn sse(
+    mut events: EventStream,
+    meta: Meta,
+    mut log: RequestLog,
+) -> impl futures::Stream<Item = Bytes> {
+    async_stream::stream! {
+        if let Kind::Chat = meta.kind {
+            yield meta.chunk(json!({"role": "assistant", "content": ""}), None);
+        }
+        let mut tool_index = 0;
+        while let Some(event) = events.next().await {
+            match event {
+                Event::Delta(text) => {
+                    log.delta();
+                    yield match meta.kind {
+                        Kind::Chat => meta.chunk(json!({"content": text}), None),
+                        Kind::Text => meta.chunk(json!(text), None),
+                    };
+                }
+                Event::ToolCalls(calls) => {
+                    log.delta();
+                    for call in calls {
+                        yield meta.chunk(json!({"tool_calls": [{
+                            "index": tool_index, "id": call.id, "type": "function",
+                            "function": {"name": call.name, "arguments": ""}}]}), None);
+                        yield meta.chunk(json!({"tool_calls": [{
+                            "index": tool_index,
+                            "function": {"arguments": call.arguments_text()}}]}), None);
+                        tool_index += 1;
+                    }
+                }
+                Event::Done { finish, usage } => {
+                    log.done(usage);
+                    yield match meta.kind {
+                        Kind::Chat => meta.chunk(json!({}), Some(finish.as_str())),
+                        Kind::Text => meta.chunk(json!(""), Some(finish.as_str())),
+                    };
+                    if meta.include_usage {
+                        yield meta.usage_chunk(usage);
+                    }
+                    yield Bytes::from_static(b"data: [DONE]\n\n");
+                    return;
+                }
+                Event::Error(e) => {
+                    log.failed(&e, true);
+                    yield frame(&openai_body(&e));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn model_json(m: &ServedModel, started: i64) -> Value {
+    match m {
+        ServedModel::Assistant { name } => {
+            json!({"id": name, "object": "model", "created": started, "owned_by": "assist-gateway"})
+        }
+        ServedModel::Upstream(u) => {
+            json!({"id": u.id, "object": "model", "created": u.created, "owned_by": u.owned_by})
+        }
+    }
+}
+
+pub(crate) async fn list_models(State(state): State<AppState>) -> Response {
+    let started = state.started.timestamp();
+    let data: Vec<Value> = state
+        .pipeline
+        .models()
+        .await
+        .iter()
+        .map(|m| model_json(m, started))
+        .collect();
+    Json(json!({"object": "list", "data": data})).into_response()
+}
+
+pub(crate) async fn get_model(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+    match state.pipeline.model(&id).await {
+        Ok(m) => Json(model_json(&m, state.started.timestamp())).into_response(),
+        Err(e) => error_response(Dialect::OpenAi, &e),
+    }
+}

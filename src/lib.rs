@@ -1,0 +1,14 @@
+//! assist-gateway: an OpenAI- and Ollama-compatible HTTP gateway in front of a coding
+//! assistant pipeline.
+//!
+//! - [`http`]: the two API dialects, rendering one event stream.
+//! - [`pipeline`]: what happens to a chat turn.
+//! - [`llm`]: the upstream model port (`ChatModel`) and its adapters.
+//! - [`config`]: settings; [`app`]: wiring.
+
+pub mod app;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod llm;
+pub mod pipeline;

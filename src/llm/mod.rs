@@ -1,0 +1,309 @@
+//! The upstream language model: the `ChatModel` port, the neutral request and chunk
+//! types every adapter speaks, and the adapters (Ollama native, OpenAI-compatible).
+
+mod http;
+pub mod ollama;
+pub mod openai;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use serde_json::{Map, Value};
+
+use crate::config::{LlmSettings, Provider};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+/// One conversation message, whichever dialect it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub role: Role,
+    pub content: String,
+    /// Images as `data:` URLs, plain base64 (Ollama) or http(s) URLs (OpenAI).
+    pub images: Vec<String>,
+    pub tool_calls: Vec<ToolCall>,
+    /// On tool results: the call being answered (OpenAI) …
+    pub tool_call_id: Option<String>,
+    /// … and the function's name (Ollama).
+    pub tool_name: Option<String>,
+}
+
+impl Message {
+    pub fn text(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            images: Vec::new(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            tool_name: None,
+        }
+    }
+}
+
+/// A complete function call requested by the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// A JSON object when the model produced valid JSON; otherwise the raw text as a string.
+    pub arguments: Value,
+}
+
+impl ToolCall {
+    /// Arguments as OpenAI sends them: a JSON document in a string.
+    pub fn arguments_text(&self) -> String {
+        match &self.arguments {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    /// Arguments as Ollama sends them: an object.
+    pub fn arguments_object(&self) -> Value {
+        match &self.arguments {
+            Value::Object(_) => self.arguments.clone(),
+            Value::String(s) => match serde_json::from_str::<Value>(s) {
+                Ok(v @ Value::Object(_)) => v,
+                _ => Value::Object(Map::new()),
+            },
+            _ => Value::Object(Map::new()),
+        }
+    }
+
+    /// Parses OpenAI's string form, keeping unparsable text as it is.
+    pub fn parse_arguments(text: &str) -> Value {
+        if text.trim().is_empty() {
+            return Value::Object(Map::new());
+        }
+        serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+    }
+
+    pub fn new_id() -> String {
+        format!("call_{}", &uuid::Uuid::new_v4().simple().to_string()[..24])
+    }
+}
+
+/// What the model is asked to continue.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// A conversation (`/api/chat`, `/chat/completions`).
+    Chat(Vec<Message>),
+    /// A raw prompt (`/api/generate`, `/completions`): used for passthrough completions.
+    Prompt {
+        prompt: String,
+        suffix: Option<String>,
+        system: Option<String>,
+        raw: bool,
+        images: Vec<String>,
+    },
+}
+
+/// Sampling and output controls; `None` = the upstream's default.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GenParams {
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub stop: Vec<String>,
+    pub seed: Option<i64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    /// OpenAI `response_format`; Ollama's `format` is mapped to and from it.
+    pub response_format: Option<Value>,
+    /// Ollama options the neutral fields do not cover (`num_ctx`, `top_k`, …), forwarded
+    /// to an Ollama upstream as they are.
+    pub extra_options: Map<String, Value>,
+    /// Ollama `keep_alive` and `think`, forwarded to an Ollama upstream.
+    pub keep_alive: Option<Value>,
+    pub think: Option<Value>,
+}
+
+/// A request as it goes to the upstream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamRequest {
+    pub model: String,
+    pub input: Input,
+    pub params: GenParams,
+    /// Function tools in OpenAI's shape (`{"type":"function","function":{…}}`); Ollama
+    /// accepts the same shape.
+    pub tools: Vec<Value>,
+    pub tool_choice: Option<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    /// Ollama's answer to a request with no messages: the model was loaded.
+    Load,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::Load => "load",
+        }
+    }
+
+    /// Reads both dialects' names; anything unknown is a normal stop.
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "length" | "max_tokens" => FinishReason::Length,
+            "tool_calls" | "function_call" => FinishReason::ToolCalls,
+            "load" => FinishReason::Load,
+            _ => FinishReason::Stop,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// One piece of an upstream answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Chunk {
+    Text(String),
+    ToolCalls(Vec<ToolCall>),
+    /// Always the last item of a stream that ended well; usage when the upstream told.
+    Done {
+        finish: FinishReason,
+        usage: Option<Usage>,
+    },
+}
+
+pub type ChunkStream = BoxStream<'static, Result<Chunk, UpstreamError>>;
+
+/// A model the upstream serves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamModel {
+    pub id: String,
+    pub created: i64,
+    pub owned_by: String,
+    pub modified_at: Option<String>,
+    pub size: u64,
+    pub digest: String,
+    /// Ollama's `details` object (family, parameter size, …) when the upstream gave one.
+    pub details: Option<Value>,
+}
+
+/// What the upstream says about one model (`/api/show`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ModelCard {
+    pub context_length: Option<u64>,
+    pub details: Option<Value>,
+    pub parameters: Option<String>,
+    pub template: Option<String>,
+    pub capabilities: Vec<String>,
+    pub model_info: Option<Value>,
+}
+
+/// The upstream language model.
+#[async_trait]
+pub trait ChatModel: Send + Sync {
+    /// The upstream's base URL, for messages and readiness.
+    fn base_url(&self) -> &str;
+    /// Streams the answer. Resolves once the upstream accepted the request (its headers
+    /// arrived), so failures before the first byte are returned here, not in the stream.
+    /// Dropping the stream cancels the upstream request.
+    async fn stream(&self, request: UpstreamRequest) -> Result<ChunkStream, UpstreamError>;
+    /// The upstream's own models.
+    async fn models(&self) -> Result<Vec<UpstreamModel>, UpstreamError>;
+    /// Details of one upstream model; a 404 status when it does not exist.
+    async fn show(&self, model: &str) -> Result<ModelCard, UpstreamError>;
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamErrorKind {
+    /// Connection refused, DNS failure, TLS failure.
+    Unreachable,
+    /// No response headers in time.
+    Timeout,
+    /// The upstream answered with this HTTP status.
+    Status(u16),
+    /// The upstream reported an error inside the stream.
+    Stream,
+    /// The upstream sent something that is not its wire format.
+    Protocol,
+    /// The stream ended before the upstream said it was done.
+    Closed,
+    /// The request cannot be expressed for this upstream.
+    Unsupported,
+}
+
+/// Every way an upstream call can fail, with the upstream's URL for the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.describe())]
+pub struct UpstreamError {
+    pub kind: UpstreamErrorKind,
+    pub url: String,
+    pub detail: String,
+}
+
+impl UpstreamError {
+    pub fn new(kind: UpstreamErrorKind, url: &str, detail: impl Into<String>) -> Self {
+        Self {
+            kind,
+            url: url.to_string(),
+            detail: detail.into(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        let (url, detail) = (&self.url, &self.detail);
+        match &self.kind {
+            UpstreamErrorKind::Unreachable => format!("upstream {url} is unreachable: {detail}"),
+            UpstreamErrorKind::Timeout => format!("upstream {url} timed out: {detail}"),
+            UpstreamErrorKind::Status(404) => detail.clone(),
+            UpstreamErrorKind::Status(s) => format!("upstream {url} answered HTTP {s}: {detail}"),
+            UpstreamErrorKind::Stream => format!("upstream {url} failed: {detail}"),
+            UpstreamErrorKind::Protocol => {
+                format!("upstream {url} sent an invalid stream: {detail}")
+            }
+            UpstreamErrorKind::Closed => {
+                format!("upstream {url} closed the stream before finishing: {detail}")
+            }
+            UpstreamErrorKind::Unsupported => detail.clone(),
+        }
+    }
+}
+
+/// Builds the configured adapter.
+pub fn from_settings(settings: &LlmSettings) -> anyhow::Result<Arc<dyn ChatModel>> {
+    let client = http::Upstream::new(
+        &settings.base_url,
+        &settings.api_key,
+        Duration::from_secs(settings.connect_timeout_secs),
+        Duration::from_secs(settings.first_byte_timeout_secs),
+    )?;
+    Ok(match settings.provider {
+        Provider::Ollama => Arc::new(ollama::OllamaChat::new(client)),
+        Provider::Openai => Arc::new(openai::OpenAiChat::new(client)),
+    })
+}

@@ -1,0 +1,451 @@
+//! Any OpenAI-compatible server: `/chat/completions` and `/completions` streamed as SSE.
+
+use async_trait::async_trait;
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::{json, Map, Value};
+
+use super::http::{error_in_json, Upstream};
+use super::{
+    ChatModel, Chunk, ChunkStream, FinishReason, Input, Message, ModelCard, ToolCall,
+    UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamRequest, Usage,
+};
+
+pub struct OpenAiChat {
+    up: Upstream,
+}
+
+impl OpenAiChat {
+    pub(crate) fn new(up: Upstream) -> Self {
+        Self { up }
+    }
+}
+
+fn request_body(req: &UpstreamRequest) -> (&'static str, Value) {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(req.model));
+    body.insert("stream".into(), json!(true));
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    let path = match &req.input {
+        Input::Chat(messages) => {
+            body.insert(
+                "messages".into(),
+                Value::Array(messages.iter().map(message).collect()),
+            );
+            if !req.tools.is_empty() {
+                body.insert("tools".into(), Value::Array(req.tools.clone()));
+                if let Some(choice) = &req.tool_choice {
+                    body.insert("tool_choice".into(), choice.clone());
+                }
+            }
+            "/chat/completions"
+        }
+        Input::Prompt {
+            prompt,
+            suffix,
+            system,
+            ..
+        } => {
+            let prompt = match system {
+                Some(s) if !s.is_empty() => format!("{s}\n\n{prompt}"),
+                _ => prompt.clone(),
+            };
+            body.insert("prompt".into(), json!(prompt));
+            if let Some(s) = suffix {
+                body.insert("suffix".into(), json!(s));
+            }
+            "/completions"
+        }
+    };
+    let p = &req.params;
+    let mut set = |k: &str, v: Option<Value>| {
+        if let Some(v) = v {
+            body.insert(k.to_string(), v);
+        }
+    };
+    set("max_tokens", p.max_tokens.map(|v| json!(v)));
+    set("temperature", p.temperature.map(|v| json!(v)));
+    set("top_p", p.top_p.map(|v| json!(v)));
+    set("seed", p.seed.map(|v| json!(v)));
+    set("presence_penalty", p.presence_penalty.map(|v| json!(v)));
+    set("frequency_penalty", p.frequency_penalty.map(|v| json!(v)));
+    set("response_format", p.response_format.clone());
+    set("stop", (!p.stop.is_empty()).then(|| json!(p.stop)));
+    (path, Value::Object(body))
+}
+
+fn message(m: &Message) -> Value {
+    let mut out = Map::new();
+    out.insert("role".into(), json!(m.role.as_str()));
+    let content = if !m.images.is_empty() {
+        let mut parts = vec![json!({"type": "text", "text": m.content})];
+        parts.extend(
+            m.images
+                .iter()
+                .map(|img| json!({"type": "image_url", "image_url": {"url": image_url(img)}})),
+        );
+        Value::Array(parts)
+    } else if m.content.is_empty() && !m.tool_calls.is_empty() {
+        Value::Null
+    } else {
+        json!(m.content)
+    };
+    out.insert("content".into(), content);
+    if !m.tool_calls.is_empty() {
+        let calls: Vec<Value> = m
+            .tool_calls
+            .iter()
+            .map(|c| {
+                json!({"id": c.id, "type": "function",
+                       "function": {"name": c.name, "arguments": c.arguments_text()}})
+            })
+            .collect();
+        out.insert("tool_calls".into(), Value::Array(calls));
+    }
+    if let Some(id) = &m.tool_call_id {
+        out.insert("tool_call_id".into(), json!(id));
+    }
+    Value::Object(out)
+}
+
+/// Ollama sends bare base64; OpenAI wants a URL, so bare data becomes a `data:` URL.
+fn image_url(img: &str) -> String {
+    if img.starts_with("data:") || img.starts_with("http://") || img.starts_with("https://") {
+        return img.to_string();
+    }
+    let mime = match img.get(..6).unwrap_or("") {
+        s if s.starts_with("/9j/") => "image/jpeg",
+        s if s.starts_with("R0lGOD") => "image/gif",
+        s if s.starts_with("UklGR") => "image/webp",
+        _ => "image/png",
+    };
+    format!("data:{mime};base64,{img}")
+}
+
+#[async_trait]
+impl ChatModel for OpenAiChat {
+    fn base_url(&self) -> &str {
+        self.up.base()
+    }
+
+    async fn stream(&self, request: UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
+        let (path, body) = request_body(&request);
+        let response = self.up.send(self.up.post_json(path, &body)).await?;
+        Ok(sse_chunks(response, self.up.clone()).boxed())
+    }
+
+    async fn models(&self) -> Result<Vec<UpstreamModel>, UpstreamError> {
+        let response = self.up.send(self.up.get("/models")).await?;
+        let v: Value = response
+            .json()
+            .await
+            .map_err(|e| self.up.error(UpstreamErrorKind::Protocol, e.to_string()))?;
+        let data = v
+            .get("data")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        Ok(data
+            .iter()
+            .filter_map(|m| {
+                Some(UpstreamModel {
+                    id: m.get("id")?.as_str()?.to_string(),
+                    created: m.get("created").and_then(Value::as_i64).unwrap_or(0),
+                    owned_by: m
+                        .get("owned_by")
+                        .and_then(Value::as_str)
+                        .unwrap_or("upstream")
+                        .to_string(),
+                    modified_at: None,
+                    size: 0,
+                    digest: String::new(),
+                    details: None,
+                })
+            })
+            .collect())
+    }
+
+    async fn show(&self, model: &str) -> Result<ModelCard, UpstreamError> {
+        // OpenAI-compatible servers describe little beyond existence; look the model up
+        // in the list so that servers without GET /models/{id} work too.
+        let models = self.models().await?;
+        if models.iter().any(|m| m.id == model) {
+            Ok(ModelCard {
+                capabilities: vec!["completion".into(), "tools".into()],
+                ..ModelCard::default()
+            })
+        } else {
+            Err(self.up.error(
+                UpstreamErrorKind::Status(404),
+                format!("model '{model}' not found"),
+            ))
+        }
+    }
+}
+
+/// Reads an SSE body (chat or text completions) into chunks.
+fn sse_chunks(
+    response: reqwest::Response,
+    up: Upstream,
+) -> impl futures::Stream<Item = Result<Chunk, UpstreamError>> {
+    async_stream::stream! {
+        let mut events = response.bytes_stream().eventsource();
+        let mut state = SseState::default();
+        while let Some(event) = events.next().await {
+            let event = match event {
+                Ok(ev) => ev,
+                Err(eventsource_stream::EventStreamError::Transport(e)) => {
+                    let mut err = up.transport_error(&e);
+                    err.kind = UpstreamErrorKind::Closed;
+                    yield Err(err);
+                    return;
+                }
+                Err(e) => {
+                    yield Err(up.error(UpstreamErrorKind::Protocol, e.to_string()));
+                    return;
+                }
+            };
+            if event.data.trim() == "[DONE]" {
+                break;
+            }
+            match state.read(&event.data, &up) {
+                Ok(chunks) => {
+                    for c in chunks {
+                        yield Ok(c);
+                    }
+                }
+                Err(e) => {
+                    yield Err(e);
+                    return;
+                }
+            }
+        }
+        yield state.finish(&up);
+    }
+}
+
+#[derive(Default)]
+struct SseState {
+    finish: Option<FinishReason>,
+    usage: Option<Usage>,
+    /// Tool calls being assembled, by index: (id, name, argument text).
+    calls: Vec<(String, String, String)>,
+}
+
+impl SseState {
+    fn read(&mut self, data: &str, up: &Upstream) -> Result<Vec<Chunk>, UpstreamError> {
+        if data.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        let v: Value = serde_json::from_str(data).map_err(|e| {
+            up.error(
+                UpstreamErrorKind::Protocol,
+                format!("an event that is not JSON ({e})"),
+            )
+        })?;
+        if let Some(msg) = error_in_json(&v) {
+            return Err(up.error(UpstreamErrorKind::Stream, msg));
+        }
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+            self.usage = Some(Usage {
+                prompt_tokens: n("prompt_tokens"),
+                completion_tokens: n("completion_tokens"),
+            });
+        }
+        let mut out = Vec::new();
+        let Some(choice) = v.pointer("/choices/0") else {
+            return Ok(out);
+        };
+        let text = choice
+            .pointer("/delta/content")
+            .or_else(|| choice.get("text"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !text.is_empty() {
+            out.push(Chunk::Text(text.to_string()));
+        }
+        if let Some(deltas) = choice
+            .pointer("/delta/tool_calls")
+            .and_then(Value::as_array)
+        {
+            for d in deltas {
+                let index = d.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                if self.calls.len() <= index {
+                    self.calls.resize(index + 1, Default::default());
+                }
+                let call = &mut self.calls[index];
+                if let Some(id) = d.get("id").and_then(Value::as_str) {
+                    call.0 = id.to_string();
+                }
+                if let Some(name) = d.pointer("/function/name").and_then(Value::as_str) {
+                    call.1.push_str(name);
+                }
+                if let Some(args) = d.pointer("/function/arguments").and_then(Value::as_str) {
+                    call.2.push_str(args);
+                }
+            }
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            let mut finish = FinishReason::parse(reason);
+            let calls = self.take_calls();
+            if !calls.is_empty() {
+                finish = FinishReason::ToolCalls;
+                out.push(Chunk::ToolCalls(calls));
+            }
+            self.finish = Some(finish);
+        }
+        Ok(out)
+    }
+
+    fn take_calls(&mut self) -> Vec<ToolCall> {
+        std::mem::take(&mut self.calls)
+            .into_iter()
+            .filter(|(_, name, _)| !name.is_empty())
+            .map(|(id, name, args)| ToolCall {
+                id: if id.is_empty() {
+                    ToolCall::new_id()
+                } else {
+                    id
+                },
+                name,
+                arguments: ToolCall::parse_arguments(&args),
+            })
+            .collect()
+    }
+
+    fn finish(self, up: &Upstream) -> Result<Chunk, UpstreamError> {
+        match self.finish {
+            Some(finish) => Ok(Chunk::Done {
+                finish,
+                usage: self.usage,
+            }),
+            None => Err(up.error(UpstreamErrorKind::Closed, "no chunk with a finish_reason")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::{GenParams, Role};
+    use std::time::Duration;
+
+    fn up() -> Upstream {
+        Upstream::new(
+            "http://u/v1",
+            "",
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn tool_call_fragments_are_assembled() {
+        let up = up();
+        let mut st = SseState::default();
+        st.read(r#"{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get","arguments":""}}]},"finish_reason":null}]}"#, &up).unwrap();
+        st.read(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"q\":"}}]},"finish_reason":null}]}"#, &up).unwrap();
+        st.read(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]},"finish_reason":null}]}"#, &up).unwrap();
+        let out = st
+            .read(
+                r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+                &up,
+            )
+            .unwrap();
+        assert_eq!(
+            out,
+            vec![Chunk::ToolCalls(vec![ToolCall {
+                id: "call_1".into(),
+                name: "get".into(),
+                arguments: json!({"q": 1})
+            }])]
+        );
+        st.read(
+            r#"{"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2,"total_tokens":6}}"#,
+            &up,
+        )
+        .unwrap();
+        assert_eq!(
+            st.finish(&up).unwrap(),
+            Chunk::Done {
+                finish: FinishReason::ToolCalls,
+                usage: Some(Usage {
+                    prompt_tokens: 4,
+                    completion_tokens: 2
+                })
+            }
+        );
+    }
+
+    #[test]
+    fn stream_without_finish_is_closed_early() {
+        let up = up();
+        let mut st = SseState::default();
+        assert_eq!(
+            st.read(
+                r#"{"choices":[{"index":0,"delta":{"content":"Hel"}}]}"#,
+                &up
+            )
+            .unwrap(),
+            vec![Chunk::Text("Hel".into())]
+        );
+        assert_eq!(st.finish(&up).unwrap_err().kind, UpstreamErrorKind::Closed);
+    }
+
+    #[test]
+    fn error_events_and_garbage() {
+        let up = up();
+        let mut st = SseState::default();
+        let e = st
+            .read(r#"{"error":{"message":"boom","type":"server_error"}}"#, &up)
+            .unwrap_err();
+        assert_eq!(
+            (e.kind, e.detail.as_str()),
+            (UpstreamErrorKind::Stream, "boom")
+        );
+        assert_eq!(
+            st.read("{nope", &up).unwrap_err().kind,
+            UpstreamErrorKind::Protocol
+        );
+    }
+
+    #[test]
+    fn request_body_follows_the_openai_shape() {
+        let mut asst = Message::text(Role::Assistant, "");
+        asst.tool_calls.push(ToolCall {
+            id: "c".into(),
+            name: "f".into(),
+            arguments: json!({"a": 1}),
+        });
+        let mut user = Message::text(Role::User, "see");
+        user.images.push("/9j/AAAA".into());
+        let req = UpstreamRequest {
+            model: "m".into(),
+            input: Input::Chat(vec![user, asst]),
+            params: GenParams {
+                max_tokens: Some(3),
+                stop: vec!["a".into(), "b".into()],
+                ..Default::default()
+            },
+            tools: vec![json!({"type": "function", "function": {"name": "f"}})],
+            tool_choice: Some(json!("auto")),
+        };
+        let (path, body) = request_body(&req);
+        assert_eq!(path, "/chat/completions");
+        assert_eq!(
+            body["messages"][0]["content"][1]["image_url"]["url"],
+            json!("data:image/jpeg;base64,/9j/AAAA")
+        );
+        assert_eq!(body["messages"][1]["content"], Value::Null);
+        assert_eq!(
+            body["messages"][1]["tool_calls"][0]["function"]["arguments"],
+            json!("{\"a\":1}")
+        );
+        assert_eq!(body["max_tokens"], json!(3));
+        assert_eq!(body["stop"], json!(["a", "b"]));
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
+        assert_eq!(body["tool_choice"], json!("auto"));
+    }
+}
