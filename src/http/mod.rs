@@ -143,6 +143,15 @@ fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> {
             "the request body is empty; send a JSON object",
         ));
     }
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|&b| b != b'{')
+        && serde_json::from_slice::<serde_json::Value>(bytes).is_ok()
+    {
+        return Err(GatewayError::invalid(
+            "body",
+            "the request body must be a JSON object",
+        ));
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();

@@ -27,19 +27,16 @@ use crate::llm::{
 };
 use crate::pipeline::{collect, ChatTurn, Event, EventStream, ServedModel};
 
+/// Both endpoints' fields (no `flatten`, so that errors keep the field's path).
+/// Anything not listed is accepted and ignored.
 #[derive(Deserialize)]
-struct ChatRequest {
+struct Request {
     model: String,
+    /// Chat only.
     #[serde(default)]
     messages: Vec<InMessage>,
     tools: Option<Vec<Value>>,
-    #[serde(flatten)]
-    common: CommonFields,
-}
-
-#[derive(Deserialize)]
-struct GenerateRequest {
-    model: String,
+    /// Generate only.
     prompt: Option<String>,
     suffix: Option<String>,
     system: Option<String>,
@@ -47,40 +44,13 @@ struct GenerateRequest {
     raw: bool,
     #[serde(default)]
     images: Vec<String>,
-    #[serde(flatten)]
-    common: CommonFields,
-}
-
-/// Fields both endpoints share. Anything not listed is accepted and ignored.
-#[derive(Deserialize)]
-struct CommonFields {
     stream: Option<bool>,
-    options: Option<Options>,
+    options: Option<Map<String, Value>>,
     format: Option<Value>,
     keep_alive: Option<Value>,
     think: Option<Value>,
     session_id: Option<String>,
     user: Option<Value>,
-}
-
-#[derive(Deserialize, Default)]
-struct Options {
-    num_predict: Option<i64>,
-    temperature: Option<f64>,
-    top_p: Option<f64>,
-    seed: Option<i64>,
-    presence_penalty: Option<f64>,
-    frequency_penalty: Option<f64>,
-    stop: Option<Stop>,
-    #[serde(flatten)]
-    rest: Map<String, Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Stop {
-    One(String),
-    Many(Vec<String>),
 }
 
 #[derive(Deserialize)]
@@ -106,36 +76,55 @@ struct InFunction {
     arguments: Option<Value>,
 }
 
-impl CommonFields {
-    /// Parameters, and whether to stream (Ollama streams unless told not to).
-    fn into_parts(self) -> (GenParams, bool, Option<String>, Option<Value>) {
-        let o = self.options.unwrap_or_default();
-        let params = GenParams {
-            max_tokens: o
-                .num_predict
+impl Request {
+    /// Sampling parameters from `options` (type-checked, errors name the option).
+    fn params(&mut self) -> Result<GenParams, GatewayError> {
+        if self.model.trim().is_empty() {
+            return Err(GatewayError::invalid("model", "model is required"));
+        }
+        let mut o = self.options.take().unwrap_or_default();
+        let num_predict = take::<i64>(&mut o, "num_predict")?;
+        let stop = match o.remove("stop") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(s)) => vec![s],
+            Some(v) => serde_json::from_value::<Vec<String>>(v).map_err(|_| {
+                GatewayError::invalid(
+                    "options.stop",
+                    "options.stop must be a string or a list of strings",
+                )
+            })?,
+        };
+        Ok(GenParams {
+            max_tokens: num_predict
                 .and_then(|n| u32::try_from(n).ok())
                 .filter(|&n| n > 0),
-            temperature: o.temperature,
-            top_p: o.top_p,
-            stop: match o.stop {
-                None => Vec::new(),
-                Some(Stop::One(s)) => vec![s],
-                Some(Stop::Many(v)) => v,
-            },
-            seed: o.seed,
-            presence_penalty: o.presence_penalty,
-            frequency_penalty: o.frequency_penalty,
+            temperature: take(&mut o, "temperature")?,
+            top_p: take(&mut o, "top_p")?,
+            stop,
+            seed: take(&mut o, "seed")?,
+            presence_penalty: take(&mut o, "presence_penalty")?,
+            frequency_penalty: take(&mut o, "frequency_penalty")?,
             response_format: self.format.as_ref().and_then(response_format_of),
-            extra_options: o.rest,
-            keep_alive: self.keep_alive,
-            think: self.think,
-        };
-        (
-            params,
-            self.stream.unwrap_or(true),
-            self.session_id,
-            self.user,
-        )
+            extra_options: o,
+            keep_alive: self.keep_alive.take(),
+            think: self.think.take(),
+        })
+    }
+}
+
+/// Removes one option, checking its type.
+fn take<T: serde::de::DeserializeOwned>(
+    o: &mut Map<String, Value>,
+    key: &str,
+) -> Result<Option<T>, GatewayError> {
+    match o.remove(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v).map(Some).map_err(|e| {
+            GatewayError::invalid(
+                format!("options.{key}"),
+                format!("invalid value for 'options.{key}': {e}"),
+            )
+        }),
     }
 }
 
@@ -145,12 +134,14 @@ fn message(i: usize, m: InMessage) -> Result<Message, GatewayError> {
         "user" => Role::User,
         "assistant" => Role::Assistant,
         "tool" => Role::Tool,
-        other => return Err(GatewayError::invalid(
-            format!("messages[{i}].role"),
-            format!(
+        other => {
+            return Err(GatewayError::invalid(
+                format!("messages[{i}].role"),
+                format!(
                 "unknown role '{other}' in messages[{i}].role: use system, user, assistant or tool"
             ),
-        )),
+            ))
+        }
     };
     let mut out = Message::text(role, m.content.unwrap_or_default());
     out.images = m.images.unwrap_or_default();
@@ -186,19 +177,15 @@ pub(crate) async fn chat(
     body: Body,
 ) -> Response {
     let log = RequestLog::new(&headers, Dialect::Ollama, "/api/chat");
-    let parsed = read_json::<ChatRequest>(&state, body)
+    let parsed = read_json::<Request>(&state, body)
         .await
-        .and_then(|req| {
-            if req.model.trim().is_empty() {
-                return Err(GatewayError::invalid("model", "model is required"));
-            }
-            let messages = req
-                .messages
+        .and_then(|mut req| {
+            let params = req.params()?;
+            let messages = std::mem::take(&mut req.messages)
                 .into_iter()
                 .enumerate()
                 .map(|(i, m)| message(i, m))
                 .collect::<Result<Vec<_>, _>>()?;
-            let (params, stream, session_id, user) = req.common.into_parts();
             // Ollama answers a chat without messages by loading the model.
             let load = messages.is_empty();
             let turn = ChatTurn {
@@ -209,10 +196,10 @@ pub(crate) async fn chat(
                     tools: req.tools.unwrap_or_default(),
                     tool_choice: None,
                 },
-                session_id,
-                user,
+                session_id: req.session_id,
+                user: req.user,
             };
-            Ok((turn, stream, load))
+            Ok((turn, req.stream.unwrap_or(true), load))
         });
     respond(state, log, parsed, Kind::Chat).await
 }
@@ -223,16 +210,13 @@ pub(crate) async fn generate(
     body: Body,
 ) -> Response {
     let log = RequestLog::new(&headers, Dialect::Ollama, "/api/generate");
-    let parsed = read_json::<GenerateRequest>(&state, body)
+    let parsed = read_json::<Request>(&state, body)
         .await
-        .and_then(|req| {
-            if req.model.trim().is_empty() {
-                return Err(GatewayError::invalid("model", "model is required"));
-            }
+        .and_then(|mut req| {
+            let params = req.params()?;
             let prompt = req.prompt.unwrap_or_default();
             // An empty prompt is Ollama's "load the model" request.
             let load = prompt.is_empty() && req.images.is_empty();
-            let (params, stream, session_id, user) = req.common.into_parts();
             let turn = ChatTurn {
                 request: UpstreamRequest {
                     model: req.model,
@@ -247,10 +231,10 @@ pub(crate) async fn generate(
                     tools: Vec::new(),
                     tool_choice: None,
                 },
-                session_id,
-                user,
+                session_id: req.session_id,
+                user: req.user,
             };
-            Ok((turn, stream, load))
+            Ok((turn, req.stream.unwrap_or(true), load))
         });
     respond(state, log, parsed, Kind::Generate).await
 }

@@ -21,28 +21,18 @@ use crate::error::GatewayError;
 use crate::llm::{GenParams, Input, Message, Role, ToolCall, UpstreamRequest, Usage};
 use crate::pipeline::{collect, ChatTurn, Event, EventStream, ServedModel};
 
+/// Both endpoints' fields (no `flatten`, so that errors keep the field's path).
+/// Anything not listed is accepted and ignored.
 #[derive(Deserialize)]
-struct ChatRequest {
+struct Request {
     model: String,
-    messages: Vec<InMessage>,
-    #[serde(flatten)]
-    common: CommonFields,
+    /// Chat only.
+    messages: Option<Vec<InMessage>>,
     tools: Option<Vec<Value>>,
     tool_choice: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct CompletionRequest {
-    model: String,
+    /// Completions only.
     prompt: Option<Prompt>,
     suffix: Option<String>,
-    #[serde(flatten)]
-    common: CommonFields,
-}
-
-/// Fields both endpoints share. Anything not listed is accepted and ignored.
-#[derive(Deserialize)]
-struct CommonFields {
     stream: Option<bool>,
     stream_options: Option<StreamOptions>,
     max_tokens: Option<u32>,
@@ -135,8 +125,9 @@ struct Shape {
     include_usage: bool,
 }
 
-impl CommonFields {
-    fn into_parts(self) -> Result<(GenParams, Shape, Option<String>, Option<Value>), GatewayError> {
+impl Request {
+    /// Sampling parameters and rendering options, validated.
+    fn params(&mut self) -> Result<(GenParams, Shape), GatewayError> {
         if let Some(n) = self.n.filter(|&n| n != 1) {
             return Err(GatewayError::invalid(
                 "n",
@@ -171,6 +162,7 @@ impl CommonFields {
             include_usage: stream
                 && self
                     .stream_options
+                    .as_ref()
                     .and_then(|o| o.include_usage)
                     .unwrap_or(false),
         };
@@ -178,16 +170,24 @@ impl CommonFields {
             max_tokens,
             temperature: self.temperature,
             top_p: self.top_p,
-            stop: self.stop.map(OneOrMany::into_vec).unwrap_or_default(),
+            stop: self
+                .stop
+                .take()
+                .map(OneOrMany::into_vec)
+                .unwrap_or_default(),
             seed: self.seed,
             presence_penalty: self.presence_penalty,
             frequency_penalty: self.frequency_penalty,
             response_format: self
                 .response_format
+                .take()
                 .filter(|rf| rf.get("type").and_then(Value::as_str) != Some("text")),
             ..GenParams::default()
         };
-        Ok((params, shape, self.session_id, self.user))
+        if self.model.trim().is_empty() {
+            return Err(GatewayError::invalid("model", "model must not be empty"));
+        }
+        Ok((params, shape))
     }
 }
 
@@ -258,23 +258,22 @@ fn message(i: usize, m: InMessage) -> Result<Message, GatewayError> {
     Ok(out)
 }
 
-fn chat_turn(req: ChatRequest) -> Result<(ChatTurn, Shape), GatewayError> {
-    if req.model.trim().is_empty() {
-        return Err(GatewayError::invalid("model", "model must not be empty"));
-    }
-    if req.messages.is_empty() {
-        return Err(GatewayError::invalid(
-            "messages",
-            "messages must contain at least one message",
-        ));
-    }
-    let messages = req
-        .messages
-        .into_iter()
-        .enumerate()
-        .map(|(i, m)| message(i, m))
-        .collect::<Result<Vec<_>, _>>()?;
-    let (params, shape, session_id, user) = req.common.into_parts()?;
+fn chat_turn(mut req: Request) -> Result<(ChatTurn, Shape), GatewayError> {
+    let (params, shape) = req.params()?;
+    let messages = match req.messages {
+        None => return Err(GatewayError::invalid("messages", "messages is required")),
+        Some(m) if m.is_empty() => {
+            return Err(GatewayError::invalid(
+                "messages",
+                "messages must contain at least one message",
+            ))
+        }
+        Some(m) => m
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| message(i, m))
+            .collect::<Result<Vec<_>, _>>()?,
+    };
     let turn = ChatTurn {
         request: UpstreamRequest {
             model: req.model,
@@ -283,16 +282,14 @@ fn chat_turn(req: ChatRequest) -> Result<(ChatTurn, Shape), GatewayError> {
             tools: req.tools.unwrap_or_default(),
             tool_choice: req.tool_choice,
         },
-        session_id,
-        user,
+        session_id: req.session_id,
+        user: req.user,
     };
     Ok((turn, shape))
 }
 
-fn completion_turn(req: CompletionRequest) -> Result<(ChatTurn, Shape), GatewayError> {
-    if req.model.trim().is_empty() {
-        return Err(GatewayError::invalid("model", "model must not be empty"));
-    }
+fn completion_turn(mut req: Request) -> Result<(ChatTurn, Shape), GatewayError> {
+    let (params, shape) = req.params()?;
     let prompt = match req.prompt {
         None => String::new(),
         Some(Prompt::One(p)) => p,
@@ -304,7 +301,6 @@ fn completion_turn(req: CompletionRequest) -> Result<(ChatTurn, Shape), GatewayE
             ))
         }
     };
-    let (params, shape, session_id, user) = req.common.into_parts()?;
     let turn = ChatTurn {
         request: UpstreamRequest {
             model: req.model,
@@ -319,8 +315,8 @@ fn completion_turn(req: CompletionRequest) -> Result<(ChatTurn, Shape), GatewayE
             tools: Vec::new(),
             tool_choice: None,
         },
-        session_id,
-        user,
+        session_id: req.session_id,
+        user: req.user,
     };
     Ok((turn, shape))
 }
@@ -338,9 +334,7 @@ pub(crate) async fn chat_completions(
     body: Body,
 ) -> Response {
     let log = RequestLog::new(&headers, Dialect::OpenAi, "/v1/chat/completions");
-    let parsed = read_json::<ChatRequest>(&state, body)
-        .await
-        .and_then(chat_turn);
+    let parsed = read_json::<Request>(&state, body).await.and_then(chat_turn);
     respond(state, log, parsed, Kind::Chat).await
 }
 
@@ -350,7 +344,7 @@ pub(crate) async fn completions(
     body: Body,
 ) -> Response {
     let log = RequestLog::new(&headers, Dialect::OpenAi, "/v1/completions");
-    let parsed = read_json::<CompletionRequest>(&state, body)
+    let parsed = read_json::<Request>(&state, body)
         .await
         .and_then(completion_turn);
     respond(state, log, parsed, Kind::Text).await

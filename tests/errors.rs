@@ -1,0 +1,361 @@
+//! Every error path, in each dialect's own shape and status, and upstream faults.
+
+mod support;
+
+use std::time::Duration;
+
+use assist_gateway::config::Provider;
+use serde_json::{json, Value};
+use support::*;
+
+const PROVIDERS: [Provider; 2] = [Provider::Ollama, Provider::Openai];
+
+/// OpenAI's error shape; returns the inner object.
+fn openai_error(status: u16, expected: u16, text: &str) -> Value {
+    assert_eq!(status, expected, "{text}");
+    let v: Value = serde_json::from_str(text).unwrap_or_else(|_| panic!("not JSON: {text}"));
+    let e = &v["error"];
+    assert!(e["message"].is_string() && e["type"].is_string(), "{v}");
+    assert!(e.get("param").is_some() && e.get("code").is_some(), "{v}");
+    e.clone()
+}
+
+/// Ollama's error shape; returns the message.
+fn ollama_error(status: u16, expected: u16, text: &str) -> String {
+    assert_eq!(status, expected, "{text}");
+    let v: Value = serde_json::from_str(text).unwrap_or_else(|_| panic!("not JSON: {text}"));
+    v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error string: {v}"))
+        .to_string()
+}
+
+#[tokio::test]
+async fn bad_requests_are_400_naming_the_field() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
+    let chat = gw.url("/v1/chat/completions");
+    let cases: Vec<(support::Payload, &str)> = vec![
+        ("{not json".into(), "body"),
+        ("".into(), "body"),
+        (json!({"model": "brunix"}).into(), "messages"),
+        (json!({"model": "brunix", "messages": []}).into(), "messages"),
+        (json!({"model": "brunix", "messages": "hi"}).into(), "messages"),
+        (json!({"messages": [{"role": "user", "content": "x"}]}).into(), "model"),
+        (json!({"model": "brunix", "messages": [{"role": "wizard", "content": "x"}]}).into(), "messages[0].role"),
+        (json!({"model": "brunix", "messages": [{"role": "user", "content": 42}]}).into(), "messages[0].content"),
+        (json!({"model": "brunix", "messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}).into(), "messages[0].content[0].type"),
+        (json!({"model": "brunix", "n": 2, "messages": [{"role": "user", "content": "x"}]}).into(), "n"),
+        (json!({"model": "brunix", "temperature": 7, "messages": [{"role": "user", "content": "x"}]}).into(), "temperature"),
+        (json!({"model": "brunix", "max_tokens": "ten", "messages": [{"role": "user", "content": "x"}]}).into(), "max_tokens"),
+        (json!({"model": "brunix", "stop": 3, "messages": [{"role": "user", "content": "x"}]}).into(), "stop"),
+        (json!([1, 2, 3]).into(), "body"),
+    ];
+    for (body, field) in cases {
+        let (status, _, text) = post(&chat, body).await;
+        let e = openai_error(status, 400, &text);
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains(field.trim_end_matches(".type"))
+                || e["param"] == field,
+            "error does not name {field}: {e}"
+        );
+        assert_eq!(e["type"], "invalid_request_error");
+    }
+    let cases: Vec<(support::Payload, &str)> = vec![
+        ("{not json".into(), "JSON"),
+        (json!({"messages": []}).into(), "model"),
+        (json!({"model": "brunix", "messages": [{"role": "user", "content": ["a"]}]}).into(), "messages[0].content"),
+        (json!({"model": "brunix", "messages": [{"role": "user", "content": "x"}], "options": {"temperature": "hot"}}).into(), "options.temperature"),
+    ];
+    for (body, field) in cases {
+        let (status, _, text) = post(&gw.url("/api/chat"), body).await;
+        let msg = ollama_error(status, 400, &text);
+        assert!(msg.contains(field), "'{msg}' does not name {field}");
+    }
+    assert!(
+        up.requests().is_empty(),
+        "no bad request reaches the upstream"
+    );
+}
+
+#[tokio::test]
+async fn unknown_model_is_404_in_both_shapes() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
+    let (status, _, text) = post(
+        &gw.url("/v1/chat/completions"),
+        json!({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await;
+    let e = openai_error(status, 404, &text);
+    assert_eq!(e["code"], "model_not_found");
+    assert!(e["message"].as_str().unwrap().contains("gpt-9"));
+    let (status, _, text) = post(
+        &gw.url("/api/chat"),
+        json!({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await;
+    assert_eq!(ollama_error(status, 404, &text), "model 'gpt-9' not found");
+    // With passthrough, the upstream decides, and its 404 stays a 404.
+    let gw = Gateway::start(&up, Provider::Ollama, |s| s.assistant.passthrough = true).await;
+    up.push(Reply::Status {
+        status: 404,
+        body: r#"{"error":"model 'gpt-9' not found"}"#.into(),
+    });
+    let (status, _, text) = post(
+        &gw.url("/api/chat"),
+        json!({"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await;
+    assert_eq!(ollama_error(status, 404, &text), "model 'gpt-9' not found");
+}
+
+#[tokio::test]
+async fn unreachable_upstream_is_502_naming_the_url() {
+    // A port with nothing listening.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        s.llm.base_url = format!("http://127.0.0.1:{port}")
+    })
+    .await;
+    let body =
+        json!({"model": "brunix", "stream": true, "messages": [{"role": "user", "content": "x"}]});
+    let (status, _, text) = post(&gw.url("/v1/chat/completions"), body.clone()).await;
+    let e = openai_error(status, 502, &text);
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("127.0.0.1:{port}")),
+        "{e}"
+    );
+    let (status, _, text) = post(&gw.url("/api/chat"), body).await;
+    assert!(ollama_error(status, 502, &text).contains(&format!("127.0.0.1:{port}")));
+}
+
+#[tokio::test]
+async fn upstream_statuses_map_to_client_statuses() {
+    for provider in PROVIDERS {
+        let up = ScriptedUpstream::start().await;
+        let gw = Gateway::start(&up, provider, |_| {}).await;
+        let cases = [
+            (
+                500,
+                r#"{"error":"llama runner crashed"}"#,
+                502,
+                Some("llama runner crashed"),
+            ),
+            (500, "", 502, Some("HTTP 500")),
+            (503, "Service Unavailable", 502, Some("Service Unavailable")),
+            (
+                429,
+                r#"{"error":{"message":"slow down","type":"rate_limit"}}"#,
+                429,
+                Some("slow down"),
+            ),
+            (
+                400,
+                r#"{"error":"invalid option"}"#,
+                400,
+                Some("invalid option"),
+            ),
+        ];
+        for (upstream_status, body, expected, needle) in cases {
+            up.push(Reply::Status {
+                status: upstream_status,
+                body: body.into(),
+            });
+            let (status, _, text) = post(&gw.url("/v1/chat/completions"),
+                json!({"model": "brunix", "stream": true, "messages": [{"role": "user", "content": "x"}]})).await;
+            let e = openai_error(status, expected, &text);
+            if let Some(n) = needle {
+                assert!(
+                    e["message"].as_str().unwrap().contains(n),
+                    "{provider:?} {upstream_status}: {e}"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn upstream_silence_before_headers_times_out_with_504() {
+    let up = ScriptedUpstream::start().await;
+    up.push(Reply::HangBeforeHeaders(Duration::from_secs(30)));
+    let gw = Gateway::start(&up, Provider::Ollama, |s| s.llm.first_byte_timeout_secs = 1).await;
+    let started = std::time::Instant::now();
+    let (status, _, text) = post(
+        &gw.url("/api/chat"),
+        json!({"model": "brunix", "messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await;
+    assert!(ollama_error(status, 504, &text).contains("no response within"));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the client is not left hanging"
+    );
+}
+
+/// The text and the terminal error of a failed SSE stream.
+fn failed_sse(text: &str) -> (String, Value) {
+    let events = sse_events(text);
+    assert_ne!(events.last().unwrap(), "[DONE]", "no [DONE] after an error");
+    let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    let content: String = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    (content, last["error"].clone())
+}
+
+#[tokio::test]
+async fn failures_mid_stream_end_with_an_error_event() {
+    for provider in PROVIDERS {
+        let up = ScriptedUpstream::start().await;
+        let gw = Gateway::start(&up, provider, |_| {}).await;
+        let faults = [
+            (
+                Reply::DropAfter(vec!["partial".into()]),
+                "closed the stream",
+            ),
+            (
+                Reply::ErrorAfter(vec!["partial".into()], "CUDA out of memory".into()),
+                "CUDA out of memory",
+            ),
+            (
+                Reply::GarbageAfter(vec!["partial".into()]),
+                "invalid stream",
+            ),
+        ];
+        for (fault, needle) in faults {
+            up.push(fault.clone());
+            let (status, _, text) = post(&gw.url("/v1/chat/completions"),
+                json!({"model": "brunix", "stream": true, "messages": [{"role": "user", "content": "x"}]})).await;
+            assert_eq!(
+                status, 200,
+                "the stream had started: {provider:?} {fault:?} {text}"
+            );
+            let (content, error) = failed_sse(&text);
+            assert_eq!(content, "partial", "{provider:?} {fault:?}");
+            assert!(
+                error["message"].as_str().unwrap().contains(needle),
+                "{provider:?}: {error}"
+            );
+            assert_eq!(error["type"], "upstream_error");
+
+            up.push(fault.clone());
+            let (status, _, text) = post(
+                &gw.url("/api/chat"),
+                json!({"model": "brunix", "messages": [{"role": "user", "content": "x"}]}),
+            )
+            .await;
+            assert_eq!(status, 200);
+            let lines = ndjson_lines(&text);
+            assert_eq!(lines[0]["message"]["content"], "partial");
+            let last = lines.last().unwrap();
+            assert!(
+                last["error"].as_str().unwrap().contains(needle),
+                "{provider:?}: {last}"
+            );
+
+            // Not streaming: nothing was sent yet, so the client gets a proper error status.
+            up.push(fault);
+            let (status, _, text) = post(
+                &gw.url("/v1/chat/completions"),
+                json!({"model": "brunix", "messages": [{"role": "user", "content": "x"}]}),
+            )
+            .await;
+            let e = openai_error(status, 502, &text);
+            assert!(e["message"].as_str().unwrap().contains(needle));
+        }
+    }
+}
+
+#[tokio::test]
+async fn client_disconnect_cancels_the_upstream_request() {
+    for provider in PROVIDERS {
+        let up = ScriptedUpstream::start().await;
+        up.push(Reply::Endless(Duration::from_millis(20)));
+        let gw = Gateway::start(&up, provider, |_| {}).await;
+        let mut response = client()
+            .post(gw.url("/v1/chat/completions"))
+            .json(&json!({"model": "brunix", "stream": true, "messages": [{"role": "user", "content": "x"}]}))
+            .send()
+            .await
+            .unwrap();
+        let got = read_some(&mut response, 600).await;
+        assert!(got.contains("tick"), "{got}");
+        assert_eq!(up.cancelled(), 0);
+        drop(response);
+        assert!(
+            eventually(5, || up.cancelled() == 1).await,
+            "{provider:?}: the upstream saw no cancellation"
+        );
+        // The gateway is not poisoned: the next request works.
+        let (status, _, text) = post(
+            &gw.url("/v1/chat/completions"),
+            json!({"model": "brunix", "messages": [{"role": "user", "content": "again"}]}),
+        )
+        .await;
+        assert_eq!(status, 200, "{text}");
+    }
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_413_in_the_dialect_shape() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |s| s.server.max_body_bytes = 4096).await;
+    let big = "x".repeat(10_000);
+    let body = json!({"model": "brunix", "messages": [{"role": "user", "content": big}]});
+    let (status, _, text) = post(&gw.url("/v1/chat/completions"), body.clone()).await;
+    let e = openai_error(status, 413, &text);
+    assert!(e["message"].as_str().unwrap().contains("4096"));
+    let (status, _, text) = post(&gw.url("/api/chat"), body).await;
+    assert!(ollama_error(status, 413, &text).contains("4096"));
+}
+
+#[tokio::test]
+async fn odd_bodies_never_crash_the_gateway() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
+    let deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+    let bodies = [
+        "null", "0", "\"str\"", "true", "{}", "[]", &deep, "{\"model\":null}", "{\"model\":\"brunix\",\"messages\":[null]}",
+        "{\"model\":\"brunix\",\"messages\":[{}]}", "{\"model\":\"brunix\",\"messages\":[{\"role\":\"user\",\"content\":null}],\"stream\":\"yes\"}",
+        "{\"model\":\"brunix\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}",
+        "{\"model\":\"\\ud800\",\"messages\":[]}", "\u{feff}{}",
+    ];
+    for path in [
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/api/chat",
+        "/api/generate",
+        "/api/show",
+    ] {
+        for body in bodies {
+            let (status, _, text) = post(&gw.url(path), body).await;
+            // Some of these are valid for some routes (an Ollama load request, say);
+            // none may fail on the server's side, and every refusal is in the API's shape.
+            assert!(
+                status == 200 || (400..500).contains(&status),
+                "{path} {body:.40}: {status} {text}"
+            );
+            let v: Value =
+                serde_json::from_str(&text).unwrap_or_else(|_| panic!("{path}: not JSON: {text}"));
+            assert_eq!(v.get("error").is_some(), status != 200, "{path}: {v}");
+        }
+    }
+    let (status, _) = get_json(&gw.url("/health")).await;
+    assert_eq!(status, 200, "still alive");
+}

@@ -1,0 +1,195 @@
+//! Health, readiness, request ids, keys, routing errors and graceful shutdown.
+
+mod support;
+
+use std::time::Duration;
+
+use assist_gateway::config::Provider;
+use serde_json::{json, Value};
+use support::*;
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
+    let (status, v) = get_json(&gw.url("/health")).await;
+    assert_eq!((status, v["status"].as_str()), (200, Some("ok")));
+    let (status, v) = get_json(&gw.url("/ready")).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["checks"]["upstream"]["status"], "ok");
+    assert_eq!(v["checks"]["upstream"]["url"], up.root());
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let gw = Gateway::start(&up, Provider::Openai, |s| s.llm.base_url = url.clone()).await;
+    let (status, v) = get_json(&gw.url("/health")).await;
+    assert_eq!(status, 200, "liveness does not depend on the upstream");
+    let (status, v2) = get_json(&gw.url("/ready")).await;
+    assert_eq!(status, 503, "{v} {v2}");
+    assert_eq!(v2["checks"]["upstream"]["status"], "down");
+    assert!(v2["checks"]["upstream"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains(&url));
+}
+
+#[tokio::test]
+async fn every_response_carries_a_request_id() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
+    let r = client().get(gw.url("/api/version")).send().await.unwrap();
+    let id = r.headers()["x-request-id"].to_str().unwrap().to_string();
+    assert_eq!(id.len(), 36, "a UUID: {id}");
+    let r = client()
+        .post(gw.url("/v1/chat/completions"))
+        .header("x-request-id", "trace-me-42")
+        .json(&json!({"model": "brunix", "stream": true, "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.headers()["x-request-id"],
+        "trace-me-42",
+        "a client's id is kept"
+    );
+}
+
+#[tokio::test]
+async fn api_keys_guard_every_route_but_health() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        s.server.api_keys = vec!["sk-good".into(), "sk-other".into()]
+    })
+    .await;
+    let chat = json!({"model": "brunix", "messages": [{"role": "user", "content": "x"}]});
+    for (auth, expected) in [
+        (None, 401),
+        (Some("Bearer "), 401),
+        (Some("Bearer sk-bad"), 401),
+        (Some("Basic sk-good"), 401),
+        (Some("Bearer sk-good"), 200),
+        (Some("Bearer sk-other"), 200),
+    ] {
+        for path in ["/v1/chat/completions", "/api/chat"] {
+            let mut rb = client().post(gw.url(path)).json(&chat);
+            if let Some(a) = auth {
+                rb = rb.header("authorization", a);
+            }
+            let r = rb.send().await.unwrap();
+            assert_eq!(r.status().as_u16(), expected, "{path} with {auth:?}");
+            if expected == 401 {
+                assert_eq!(r.headers()["www-authenticate"], "Bearer");
+                let v: Value = r.json().await.unwrap();
+                if path.starts_with("/api/") {
+                    assert!(v["error"].is_string(), "{v}");
+                } else {
+                    assert_eq!(v["error"]["type"], "authentication_error", "{v}");
+                }
+            }
+        }
+    }
+    for path in ["/v1/models", "/api/tags", "/ready"] {
+        let r = client().get(gw.url(path)).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 401, "{path}");
+    }
+    let r = client().get(gw.url("/health")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+
+    // Without keys, an empty "Bearer" (cn with provider: ollama) is simply no key.
+    let open = Gateway::start(&up, Provider::Ollama, |_| {}).await;
+    let r = client()
+        .post(open.url("/v1/chat/completions"))
+        .header("authorization", "Bearer ")
+        .json(&chat)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(
+        up.requests()
+            .iter()
+            .all(|r| r.headers.get("authorization").is_none()),
+        "client keys are never forwarded to the upstream"
+    );
+}
+
+#[tokio::test]
+async fn upstream_key_is_sent_to_the_upstream() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Openai, |s| {
+        s.llm.api_key = "upstream-secret".into()
+    })
+    .await;
+    let (status, _, _) = post(
+        &gw.url("/v1/chat/completions"),
+        json!({"model": "brunix", "messages": [{"role": "user", "content": "x"}]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        up.last_request().headers["authorization"],
+        "Bearer upstream-secret"
+    );
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_answer_in_the_dialect_shape() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
+    let (status, v) = get_json(&gw.url("/v1/nothing")).await;
+    assert_eq!(status, 404);
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("/v1/nothing"));
+    let (status, v) = get_json(&gw.url("/api/nothing")).await;
+    assert_eq!(status, 404);
+    assert!(v["error"].is_string());
+    let (status, v) = get_json(&gw.url("/v1/chat/completions")).await;
+    assert_eq!(status, 405);
+    assert!(v["error"]["message"].is_string());
+}
+
+#[tokio::test]
+async fn graceful_shutdown_lets_open_streams_finish() {
+    let up = ScriptedUpstream::start().await;
+    up.push(Reply::Tokens {
+        tokens: (0..10).map(|i| format!("t{i} ")).collect(),
+        delay: Duration::from_millis(100),
+        finish: "stop",
+    });
+    let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
+    let url = gw.url("/v1/chat/completions");
+    let mut response = client()
+        .post(&url)
+        .json(&json!({"model": "brunix", "stream": true, "messages": [{"role": "user", "content": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    let first = read_some(&mut response, 1).await;
+    let server = gw.shutdown();
+    let rest = response.text().await.unwrap();
+    let events = sse_events(&(first + &rest));
+    assert_eq!(events.last().unwrap(), "[DONE]", "the open stream finished");
+    let text: String = events[..events.len() - 1]
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert_eq!(text, "t0 t1 t2 t3 t4 t5 t6 t7 t8 t9 ");
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("server stopped")
+        .unwrap()
+        .unwrap();
+    assert!(
+        client().get(url).send().await.is_err(),
+        "no new connections after shutdown"
+    );
+}

@@ -1,0 +1,681 @@
+//! Test doubles and helpers shared by the integration tests and the benchmark.
+//!
+//! `ScriptedUpstream` is a real HTTP server on 127.0.0.1 that speaks Ollama's NDJSON
+//! (`/api/chat`, `/api/generate`, `/api/tags`, `/api/show`) and OpenAI's SSE
+//! (`/v1/chat/completions`, `/v1/completions`, `/v1/models`) byte for byte, as the real
+//! servers frame them. Each request takes the next scripted `Reply` (or the default one),
+//! is recorded, and its stream reports whether the client went away before the end.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use assist_gateway::config::{Provider, Settings};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post as route_post};
+use axum::Router;
+use bytes::Bytes;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+pub const UPSTREAM_MODEL: &str = "up-model:latest";
+
+/// What the scripted upstream does with one request.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// Streams these text pieces, `delay` apart, then finishes with `finish`.
+    Tokens {
+        tokens: Vec<String>,
+        delay: Duration,
+        finish: &'static str,
+    },
+    /// Asks for one function call.
+    ToolCall { name: String, arguments: Value },
+    /// Answers with this status and body (empty body allowed).
+    Status { status: u16, body: String },
+    /// Waits this long before sending headers.
+    HangBeforeHeaders(Duration),
+    /// Streams these pieces, then closes the connection without a final chunk.
+    DropAfter(Vec<String>),
+    /// Streams these pieces, then a line that is not the wire format.
+    GarbageAfter(Vec<String>),
+    /// Streams these pieces, then an error in the dialect's in-stream shape.
+    ErrorAfter(Vec<String>, String),
+    /// Streams a token every `delay`, forever.
+    Endless(Duration),
+}
+
+impl Reply {
+    pub fn tokens(tokens: &[&str]) -> Self {
+        Reply::Tokens {
+            tokens: tokens.iter().map(|s| s.to_string()).collect(),
+            delay: Duration::ZERO,
+            finish: "stop",
+        }
+    }
+}
+
+/// One request the upstream received.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+#[derive(Default)]
+struct Shared {
+    script: Mutex<VecDeque<Reply>>,
+    default: Mutex<Option<Reply>>,
+    requests: Mutex<Vec<Recorded>>,
+    /// Streams whose body was dropped before it ended (client went away).
+    cancelled: AtomicUsize,
+    /// Streams that sent their last byte.
+    completed: AtomicUsize,
+}
+
+pub struct ScriptedUpstream {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    _stop: oneshot::Sender<()>,
+}
+
+impl ScriptedUpstream {
+    pub async fn start() -> Self {
+        let shared = Arc::new(Shared::default());
+        let app = Router::new()
+            .route("/api/chat", route_post(handle))
+            .route("/api/generate", route_post(handle))
+            .route("/api/show", route_post(show))
+            .route("/api/tags", get(tags))
+            .route("/v1/chat/completions", route_post(handle))
+            .route("/v1/completions", route_post(handle))
+            .route("/v1/models", get(models))
+            .with_state(shared.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+        Self {
+            addr,
+            shared,
+            _stop: stop,
+        }
+    }
+
+    /// The root URL (Ollama's base URL); OpenAI clients use `{root}/v1`.
+    pub fn root(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The next request gets this reply (queued in order).
+    pub fn push(&self, reply: Reply) {
+        self.shared.script.lock().unwrap().push_back(reply);
+    }
+
+    /// Requests with nothing queued get this reply.
+    pub fn set_default(&self, reply: Reply) {
+        *self.shared.default.lock().unwrap() = Some(reply);
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.shared.requests.lock().unwrap().clone()
+    }
+
+    pub fn last_request(&self) -> Recorded {
+        self.requests()
+            .pop()
+            .expect("the upstream received no request")
+    }
+
+    pub fn cancelled(&self) -> usize {
+        self.shared.cancelled.load(Ordering::SeqCst)
+    }
+
+    pub fn completed(&self) -> usize {
+        self.shared.completed.load(Ordering::SeqCst)
+    }
+}
+
+async fn tags() -> Response {
+    axum::Json(json!({"models": [{
+        "name": UPSTREAM_MODEL, "model": UPSTREAM_MODEL,
+        "modified_at": "2026-01-02T03:04:05.123456789Z", "size": 1234567,
+        "digest": "a".repeat(64),
+        "details": {"parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
+                    "parameter_size": "135M", "quantization_level": "Q8_0"}
+    }]}))
+    .into_response()
+}
+
+async fn models() -> Response {
+    axum::Json(json!({"object": "list", "data": [
+        {"id": UPSTREAM_MODEL, "object": "model", "created": 1700000000, "owned_by": "scripted"}
+    ]}))
+    .into_response()
+}
+
+async fn show(body: Bytes) -> Response {
+    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let name = v["model"].as_str().or(v["name"].as_str()).unwrap_or("");
+    if name != UPSTREAM_MODEL {
+        return (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"error": format!("model '{name}' not found")})),
+        )
+            .into_response();
+    }
+    axum::Json(json!({
+        "license": "", "modelfile": "", "parameters": "num_ctx 4096", "template": "{{ .Prompt }}",
+        "details": {"parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
+                    "parameter_size": "135M", "quantization_level": "Q8_0"},
+        "model_info": {"general.architecture": "llama", "llama.context_length": 8192},
+        "capabilities": ["completion", "tools"]
+    }))
+    .into_response()
+}
+
+/// Which wire format a path speaks.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Wire {
+    OllamaChat,
+    OllamaGenerate,
+    OpenAiChat,
+    OpenAiText,
+}
+
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let wire = match uri.path() {
+        "/api/chat" => Wire::OllamaChat,
+        "/api/generate" => Wire::OllamaGenerate,
+        "/v1/chat/completions" => Wire::OpenAiChat,
+        _ => Wire::OpenAiText,
+    };
+    shared.requests.lock().unwrap().push(Recorded {
+        path: uri.path().to_string(),
+        headers,
+        body: body.clone(),
+    });
+    let reply = shared
+        .script
+        .lock()
+        .unwrap()
+        .pop_front()
+        .or_else(|| shared.default.lock().unwrap().clone())
+        .unwrap_or_else(|| Reply::tokens(&["Hello", " from", " upstream"]));
+    let model = body["model"].as_str().unwrap_or("").to_string();
+    let stream = body["stream"]
+        .as_bool()
+        .unwrap_or(wire == Wire::OllamaChat || wire == Wire::OllamaGenerate);
+    let include_usage = body["stream_options"]["include_usage"].as_bool() == Some(true);
+
+    match reply {
+        Reply::Status { status, body } => {
+            return Response::builder()
+                .status(status)
+                .header(
+                    "content-type",
+                    if body.starts_with('{') {
+                        "application/json"
+                    } else {
+                        "text/plain"
+                    },
+                )
+                .body(Body::from(body))
+                .unwrap()
+        }
+        Reply::HangBeforeHeaders(d) => {
+            tokio::time::sleep(d).await;
+        }
+        _ => {}
+    }
+    let w = Writer {
+        wire,
+        model,
+        include_usage,
+    };
+    if !stream {
+        return w.whole(&reply);
+    }
+    let content_type = match wire {
+        Wire::OllamaChat | Wire::OllamaGenerate => "application/x-ndjson",
+        _ => "text/event-stream",
+    };
+    let guard = StreamGuard {
+        shared: shared.clone(),
+        finished: false,
+    };
+    let body = async_stream::stream! {
+        let mut guard = guard;
+        let (pieces, delay, end): (Vec<String>, Duration, End) = match reply {
+            Reply::Tokens { tokens, delay, finish } => (tokens, delay, End::Finish(finish)),
+            Reply::ToolCall { name, arguments } => (vec![], Duration::ZERO, End::Tool(name, arguments)),
+            Reply::DropAfter(t) => (t, Duration::ZERO, End::Drop),
+            Reply::GarbageAfter(t) => (t, Duration::ZERO, End::Garbage),
+            Reply::ErrorAfter(t, m) => (t, Duration::ZERO, End::Error(m)),
+            Reply::Endless(d) => (vec![], d, End::Endless),
+            Reply::Status { .. } | Reply::HangBeforeHeaders(_) => (vec!["late".into()], Duration::ZERO, End::Finish("stop")),
+        };
+        if let Some(first) = w.opening() {
+            yield Ok::<Bytes, std::io::Error>(first);
+        }
+        for p in &pieces {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            yield Ok(w.text(p));
+        }
+        match end {
+            End::Finish(finish) => {
+                for b in w.closing(finish, pieces.len() as u64) {
+                    yield Ok(b);
+                }
+            }
+            End::Tool(name, arguments) => {
+                for b in w.tool_call(&name, &arguments) {
+                    yield Ok(b);
+                }
+                for b in w.closing("tool_calls", 1) {
+                    yield Ok(b);
+                }
+            }
+            End::Drop => {
+                // Let what was sent reach the client first, as with a real upstream dying.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                guard.finished = true;
+                yield Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "scripted drop"));
+                return;
+            }
+            End::Garbage => yield Ok(w.garbage()),
+            End::Error(m) => yield Ok(w.error(&m)),
+            End::Endless => loop {
+                tokio::time::sleep(delay).await;
+                yield Ok(w.text("tick "));
+            },
+        }
+        guard.finished = true;
+    };
+    Response::builder()
+        .header("content-type", content_type)
+        .body(Body::from_stream(body))
+        .unwrap()
+}
+
+enum End {
+    Finish(&'static str),
+    Tool(String, Value),
+    Drop,
+    Garbage,
+    Error(String),
+    Endless,
+}
+
+/// Counts a stream as cancelled when its body is dropped before the end.
+struct StreamGuard {
+    shared: Arc<Shared>,
+    finished: bool,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let counter = if self.finished {
+            &self.shared.completed
+        } else {
+            &self.shared.cancelled
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Frames replies exactly as Ollama and OpenAI-compatible servers do.
+struct Writer {
+    wire: Wire,
+    model: String,
+    include_usage: bool,
+}
+
+const CREATED_AT: &str = "2026-11-22T10:00:00.123456789Z";
+
+impl Writer {
+    fn sse(v: Value) -> Bytes {
+        Bytes::from(format!("data: {v}\n\n"))
+    }
+
+    fn ndjson(v: Value) -> Bytes {
+        Bytes::from(format!("{v}\n"))
+    }
+
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+        let mut v = json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 1700000000,
+               "model": self.model, "system_fingerprint": "fp_scripted",
+               "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]});
+        if self.wire == Wire::OpenAiText {
+            v["object"] = json!("text_completion");
+            v["choices"][0] = json!({"index": 0, "text": delta.get("content").cloned().unwrap_or(json!("")),
+                                      "logprobs": null, "finish_reason": finish});
+        }
+        v
+    }
+
+    fn opening(&self) -> Option<Bytes> {
+        (self.wire == Wire::OpenAiChat)
+            .then(|| Self::sse(self.chunk(json!({"role": "assistant", "content": ""}), None)))
+    }
+
+    fn text(&self, t: &str) -> Bytes {
+        match self.wire {
+            Wire::OllamaChat => Self::ndjson(json!({"model": self.model, "created_at": CREATED_AT,
+                "message": {"role": "assistant", "content": t}, "done": false})),
+            Wire::OllamaGenerate => {
+                Self::ndjson(json!({"model": self.model, "created_at": CREATED_AT,
+                "response": t, "done": false}))
+            }
+            Wire::OpenAiChat | Wire::OpenAiText => {
+                Self::sse(self.chunk(json!({"content": t}), None))
+            }
+        }
+    }
+
+    fn tool_call(&self, name: &str, arguments: &Value) -> Vec<Bytes> {
+        match self.wire {
+            Wire::OllamaChat | Wire::OllamaGenerate => vec![Self::ndjson(
+                json!({"model": self.model, "created_at": CREATED_AT,
+                "message": {"role": "assistant", "content": "",
+                            "tool_calls": [{"function": {"name": name, "arguments": arguments}}]},
+                "done": false}),
+            )],
+            Wire::OpenAiChat | Wire::OpenAiText => {
+                let args = arguments.to_string();
+                let (a, b) = args.split_at(args.len() / 2);
+                vec![
+                    Self::sse(self.chunk(json!({"tool_calls": [{"index": 0, "id": "call_scripted", "type": "function",
+                        "function": {"name": name, "arguments": ""}}]}), None)),
+                    Self::sse(self.chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": a}}]}), None)),
+                    Self::sse(self.chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": b}}]}), None)),
+                ]
+            }
+        }
+    }
+
+    fn stats(prompt: u64, completion: u64) -> Value {
+        json!({"total_duration": 5_000_000u64, "load_duration": 1_000_000u64, "prompt_eval_count": prompt,
+               "prompt_eval_duration": 1_000_000u64, "eval_count": completion, "eval_duration": 3_000_000u64})
+    }
+
+    fn closing(&self, finish: &str, completion: u64) -> Vec<Bytes> {
+        let prompt = 11;
+        match self.wire {
+            Wire::OllamaChat | Wire::OllamaGenerate => {
+                let mut v = if self.wire == Wire::OllamaChat {
+                    json!({"model": self.model, "created_at": CREATED_AT,
+                           "message": {"role": "assistant", "content": ""}, "done": true})
+                } else {
+                    json!({"model": self.model, "created_at": CREATED_AT, "response": "", "done": true, "context": [1, 2, 3]})
+                };
+                v["done_reason"] = json!(if finish == "tool_calls" {
+                    "stop"
+                } else {
+                    finish
+                });
+                for (k, s) in Self::stats(prompt, completion).as_object().unwrap() {
+                    v[k] = s.clone();
+                }
+                vec![Self::ndjson(v)]
+            }
+            Wire::OpenAiChat | Wire::OpenAiText => {
+                let mut out = vec![Self::sse(self.chunk(
+                    if self.wire == Wire::OpenAiChat {
+                        json!({})
+                    } else {
+                        json!({"content": ""})
+                    },
+                    Some(finish),
+                ))];
+                if self.include_usage {
+                    out.push(Self::sse(
+                        json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk",
+                        "created": 1700000000, "model": self.model, "choices": [],
+                        "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                  "total_tokens": prompt + completion}}),
+                    ));
+                }
+                out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+                out
+            }
+        }
+    }
+
+    /// A frame with the right framing and a payload that is not JSON.
+    fn garbage(&self) -> Bytes {
+        match self.wire {
+            Wire::OllamaChat | Wire::OllamaGenerate => Bytes::from_static(b"this is not json\n"),
+            _ => Bytes::from_static(b"data: this is not json\n\n"),
+        }
+    }
+
+    fn error(&self, message: &str) -> Bytes {
+        match self.wire {
+            Wire::OllamaChat | Wire::OllamaGenerate => Self::ndjson(json!({"error": message})),
+            _ => Self::sse(
+                json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}}),
+            ),
+        }
+    }
+
+    /// A non-streamed answer (`"stream": false`), for direct-baseline measurements.
+    fn whole(&self, reply: &Reply) -> Response {
+        let text: String = match reply {
+            Reply::Tokens { tokens, .. } => tokens.concat(),
+            _ => String::new(),
+        };
+        let v = match self.wire {
+            Wire::OllamaChat => {
+                let mut v = json!({"model": self.model, "created_at": CREATED_AT,
+                    "message": {"role": "assistant", "content": text}, "done": true, "done_reason": "stop"});
+                for (k, s) in Self::stats(11, 3).as_object().unwrap() {
+                    v[k] = s.clone();
+                }
+                v
+            }
+            Wire::OllamaGenerate => {
+                json!({"model": self.model, "created_at": CREATED_AT, "response": text,
+                "done": true, "done_reason": "stop"})
+            }
+            Wire::OpenAiChat => {
+                json!({"id": "chatcmpl-scripted", "object": "chat.completion", "created": 1700000000,
+                "model": self.model, "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                "logprobs": null, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}})
+            }
+            Wire::OpenAiText => {
+                json!({"id": "cmpl-scripted", "object": "text_completion", "created": 1700000000,
+                "model": self.model, "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}})
+            }
+        };
+        axum::Json(v).into_response()
+    }
+}
+
+/// A gateway on 127.0.0.1:0 in front of `upstream`, with settings adjusted by `tweak`.
+pub struct Gateway {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Gateway {
+    pub async fn start(
+        upstream: &ScriptedUpstream,
+        provider: Provider,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        let mut settings = Settings::load_without_env(None).unwrap();
+        settings.llm.provider = provider;
+        settings.llm.base_url = match provider {
+            Provider::Ollama => upstream.root(),
+            Provider::Openai => format!("{}/v1", upstream.root()),
+        };
+        settings.llm.model = UPSTREAM_MODEL.to_string();
+        settings.llm.connect_timeout_secs = 2;
+        settings.llm.first_byte_timeout_secs = 5;
+        settings.server.shutdown_grace_secs = 5;
+        tweak(&mut settings);
+        settings.validate().expect("test settings are valid");
+        Self::with_settings(settings).await
+    }
+
+    pub async fn with_settings(settings: Settings) -> Self {
+        let state = assist_gateway::app::build(settings).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(assist_gateway::app::serve(listener, state, async {
+            let _ = stopped.await;
+        }));
+        Self {
+            addr,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Starts a graceful shutdown and returns the server task to await.
+    pub fn shutdown(mut self) -> tokio::task::JoinHandle<std::io::Result<()>> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let (_, task) = (self.stop, self.task);
+        task
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+/// SSE `data:` payloads of a body, checking every event ends with a blank line.
+pub fn sse_events(body: &str) -> Vec<String> {
+    assert!(
+        body.ends_with("\n\n"),
+        "SSE body does not end with a blank line: {body:?}"
+    );
+    body.split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            assert!(!e.contains('\n'), "one line per event expected, got {e:?}");
+            e.strip_prefix("data: ")
+                .unwrap_or_else(|| panic!("event without 'data: ': {e:?}"))
+                .to_string()
+        })
+        .collect()
+}
+
+/// NDJSON lines of a body, checking there are no blank lines and no SSE prefix.
+pub fn ndjson_lines(body: &str) -> Vec<Value> {
+    assert!(
+        body.ends_with('\n'),
+        "NDJSON body does not end with a newline: {body:?}"
+    );
+    body.trim_end_matches('\n')
+        .split('\n')
+        .map(|l| {
+            assert!(!l.is_empty(), "blank line in NDJSON: {body:?}");
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("line {l:?} is not JSON: {e}"))
+        })
+        .collect()
+}
+
+/// Reads a streamed body chunk by chunk until `n` bytes of payload arrived.
+pub async fn read_some(response: &mut reqwest::Response, at_least: usize) -> String {
+    let mut out = Vec::new();
+    while out.len() < at_least {
+        match response.chunk().await.unwrap() {
+            Some(c) => out.extend_from_slice(&c),
+            None => break,
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// Waits until `check` holds, at most `secs` seconds.
+pub async fn eventually(secs: u64, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while tokio::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check()
+}
+
+/// POSTs JSON (or raw text when `body` is a string) and returns status, headers and body text.
+pub async fn post(
+    url: &str,
+    body: impl Into<Payload>,
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let rb = client().post(url);
+    let rb = match body.into() {
+        Payload::Json(v) => rb.json(&v),
+        Payload::Raw(s) => rb.header("content-type", "application/json").body(s),
+    };
+    let r = rb.send().await.unwrap();
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    (status, headers, r.text().await.unwrap())
+}
+
+pub async fn get_json(url: &str) -> (u16, Value) {
+    let r = client().get(url).send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+pub enum Payload {
+    Json(Value),
+    Raw(String),
+}
+
+impl From<Value> for Payload {
+    fn from(v: Value) -> Self {
+        Payload::Json(v)
+    }
+}
+
+impl From<&str> for Payload {
+    fn from(s: &str) -> Self {
+        Payload::Raw(s.to_string())
+    }
+}
