@@ -1,1 +1,241 @@
-fn main() {}
+//! Gateway overhead benchmark: `cargo bench --bench gateway`.
+//!
+//! Starts the scripted upstream (in this process) and the release `assist-gateway`
+//! binary (its own process, so its memory can be read) on 127.0.0.1, then sends the same
+//! OpenAI chat requests straight to the upstream and through the gateway, at several
+//! concurrencies, and prints latency added by the gateway (p50 / p99), requests per second,
+//! and the gateway's resident memory idle and under load.
+//!
+//! Environment: BENCH_REQUESTS (requests per scenario, default 2000), BENCH_TOKENS
+//! (tokens per answer, default 20).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::{Reply, ScriptedUpstream, UPSTREAM_MODEL};
+
+struct GatewayProcess {
+    child: Child,
+    url: String,
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn start_gateway(upstream: &ScriptedUpstream) -> GatewayProcess {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_assist-gateway"))
+        .arg("serve")
+        .env("ASSIST__SERVER__ADDR", format!("127.0.0.1:{port}"))
+        .env("ASSIST__LLM__PROVIDER", "openai")
+        .env("ASSIST__LLM__BASE_URL", format!("{}/v1", upstream.root()))
+        .env("ASSIST__LLM__MODEL", UPSTREAM_MODEL)
+        .env("ASSIST__ASSISTANT__PASSTHROUGH", "true")
+        .env("ASSIST__LOG__LEVEL", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the assist-gateway binary");
+    let url = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    for _ in 0..200 {
+        if client.get(format!("{url}/health")).send().await.is_ok() {
+            return GatewayProcess { child, url };
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the gateway did not start");
+}
+
+struct Run {
+    latencies_us: Vec<u64>,
+    seconds: f64,
+}
+
+impl Run {
+    fn percentile(&self, p: f64) -> f64 {
+        let mut v = self.latencies_us.clone();
+        v.sort_unstable();
+        let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+        v[i] as f64 / 1000.0
+    }
+
+    fn rps(&self) -> f64 {
+        self.latencies_us.len() as f64 / self.seconds
+    }
+}
+
+/// Sends `total` requests with `concurrency` workers; every response must be a 200 with
+/// the full answer, or the run fails.
+async fn load(
+    client: &reqwest::Client,
+    url: &str,
+    body: serde_json::Value,
+    total: u64,
+    concurrency: u64,
+) -> Run {
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let (client, url, body, next) =
+            (client.clone(), url.to_string(), body.clone(), next.clone());
+        workers.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            while next.fetch_add(1, Ordering::Relaxed) < total {
+                let t = Instant::now();
+                let r = client.post(&url).json(&body).send().await.expect("request");
+                assert_eq!(r.status(), 200);
+                let text = r.text().await.expect("body");
+                assert!(text.contains("tok0"), "unexpected body: {text:.200}");
+                lat.push(t.elapsed().as_micros() as u64);
+            }
+            lat
+        }));
+    }
+    let mut latencies_us = Vec::new();
+    for w in workers {
+        latencies_us.extend(w.await.unwrap());
+    }
+    Run {
+        latencies_us,
+        seconds: started.elapsed().as_secs_f64(),
+    }
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(bench());
+}
+
+async fn bench() {
+    let total: u64 = std::env::var("BENCH_REQUESTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let tokens: usize = std::env::var("BENCH_TOKENS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let upstream = ScriptedUpstream::start().await;
+    upstream.set_default(Reply::Tokens {
+        tokens: (0..tokens).map(|i| format!("tok{i} ")).collect(),
+        delay: Duration::ZERO,
+        finish: "stop",
+    });
+    let gateway = start_gateway(&upstream).await;
+    let pid = gateway.child.id();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let idle_rss = rss_kib(pid);
+
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(512)
+        .build()
+        .unwrap();
+    let direct = format!("{}/v1/chat/completions", upstream.root());
+    let via = format!("{}/v1/chat/completions", gateway.url);
+
+    // Peak memory while under load, sampled every 10 ms.
+    let peak = Arc::new(AtomicU64::new(idle_rss));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (peak, sampling) = (peak.clone(), sampling.clone());
+        tokio::spawn(async move {
+            while sampling.load(Ordering::Relaxed) {
+                peak.fetch_max(rss_kib(pid), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+
+    println!(
+        "assist-gateway overhead: {total} requests per row, {tokens}-token answers, OpenAI dialect"
+    );
+    println!(
+        "machine: {} cores; upstream, gateway and load client share them",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    println!();
+    println!("| mode | model | conc | direct p50 ms | via p50 ms | added p50 ms | direct p99 ms | via p99 ms | added p99 ms | direct req/s | via req/s |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for stream in [false, true] {
+        for (label, model) in [("passthrough", UPSTREAM_MODEL), ("brunix", "brunix")] {
+            for concurrency in [1u64, 8, 64] {
+                let direct_body = json!({"model": UPSTREAM_MODEL, "stream": stream,
+                    "messages": [{"role": "user", "content": "Explain Rust lifetimes briefly."}]});
+                let via_body = json!({"model": model, "stream": stream,
+                    "messages": [{"role": "user", "content": "Explain Rust lifetimes briefly."}]});
+                // Warm both paths' connection pools.
+                load(
+                    &client,
+                    &direct,
+                    direct_body.clone(),
+                    concurrency * 4,
+                    concurrency,
+                )
+                .await;
+                load(
+                    &client,
+                    &via,
+                    via_body.clone(),
+                    concurrency * 4,
+                    concurrency,
+                )
+                .await;
+                let d = load(&client, &direct, direct_body, total, concurrency).await;
+                let g = load(&client, &via, via_body, total, concurrency).await;
+                println!(
+                    "| {} | {label} | {concurrency} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:.0} |",
+                    if stream { "stream" } else { "non-stream" },
+                    d.percentile(0.5), g.percentile(0.5), g.percentile(0.5) - d.percentile(0.5),
+                    d.percentile(0.99), g.percentile(0.99), g.percentile(0.99) - d.percentile(0.99),
+                    d.rps(), g.rps()
+                );
+            }
+        }
+    }
+    sampling.store(false, Ordering::Relaxed);
+    let _ = sampler.await;
+    println!();
+    println!(
+        "gateway RSS: idle {:.1} MiB, peak under load {:.1} MiB",
+        idle_rss as f64 / 1024.0,
+        peak.load(Ordering::Relaxed) as f64 / 1024.0
+    );
+    drop(gateway);
+}

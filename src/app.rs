@@ -4,6 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 use crate::config::Settings;
@@ -55,6 +56,13 @@ pub async fn serve(
     let grace = Duration::from_secs(state.settings.server.shutdown_grace_secs);
     let router = crate::http::router(state);
     let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+    // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm and the client's
+    // delayed ACK hold each one back for up to 40 ms.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     let server = axum::serve(listener, router).with_graceful_shutdown(async move {
         shutdown.await;
         tracing::info!(

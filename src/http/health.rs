@@ -8,6 +8,9 @@ use serde_json::json;
 
 use crate::app::AppState;
 
+/// Readiness probes must answer quickly even when a dependency hangs.
+const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Liveness: the process answers. Never checks dependencies, never needs a key.
 pub(crate) async fn health() -> Response {
     Json(json!({"status": "ok"})).into_response()
@@ -16,9 +19,12 @@ pub(crate) async fn health() -> Response {
 /// Readiness: the state of each dependency. 200 when all are usable, 503 when not.
 pub(crate) async fn ready(State(state): State<AppState>) -> Response {
     let url = state.pipeline.upstream_url().to_string();
-    let upstream = match state.pipeline.upstream_ready().await {
-        Ok(models) => json!({"status": "ok", "url": url, "models": models}),
-        Err(e) => json!({"status": "down", "url": url, "reason": e.to_string()}),
+    let check = tokio::time::timeout(READY_TIMEOUT, state.pipeline.upstream_ready()).await;
+    let upstream = match check {
+        Ok(Ok(models)) => json!({"status": "ok", "url": url, "models": models}),
+        Ok(Err(e)) => json!({"status": "down", "url": url, "reason": e.to_string()}),
+        Err(_) => json!({"status": "down", "url": url,
+            "reason": format!("upstream {url} did not answer within {} s", READY_TIMEOUT.as_secs())}),
     };
     let ok = upstream["status"] == "ok";
     let body = json!({

@@ -102,6 +102,10 @@ impl ScriptedUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
+        // Real upstreams (Ollama is Go, which sets it by default) disable Nagle's algorithm.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         tokio::spawn(async move {
             axum::serve(listener, app)
                 .with_graceful_shutdown(async {
