@@ -228,6 +228,20 @@ async fn handle(
         .or_else(|| shared.default.lock().unwrap().clone())
         .unwrap_or_else(|| Reply::tokens(&["Hello", " from", " upstream"]));
     let model = body["model"].as_str().unwrap_or("").to_string();
+    if model != UPSTREAM_MODEL {
+        // As Ollama and OpenAI-compatible servers do for a model they do not serve.
+        let (status, body) = match wire {
+            Wire::OllamaChat | Wire::OllamaGenerate => {
+                (404, json!({"error": format!("model '{model}' not found")}))
+            }
+            _ => (
+                404,
+                json!({"error": {"message": format!("The model `{model}` does not exist"),
+                "type": "invalid_request_error", "param": null, "code": "model_not_found"}}),
+            ),
+        };
+        return (StatusCode::from_u16(status).unwrap(), axum::Json(body)).into_response();
+    }
     let stream = body["stream"]
         .as_bool()
         .unwrap_or(wire == Wire::OllamaChat || wire == Wire::OllamaGenerate);

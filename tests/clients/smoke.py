@@ -1,0 +1,145 @@
+"""The real openai and ollama Python packages against a running gateway.
+
+Run by tests/python_clients.rs, which starts the gateway in front of the scripted
+upstream (whose every answer is "Hello from upstream"). Each check asserts what the
+client hands to its user, not only that no exception was raised.
+
+Usage: python smoke.py BASE_URL UPSTREAM_MODEL
+"""
+
+import asyncio
+import sys
+
+import ollama
+import openai
+
+BASE, UPSTREAM_MODEL = sys.argv[1], sys.argv[2]
+ANSWER = "Hello from upstream"
+failures = []
+
+
+def check(name, fn):
+    try:
+        fn()
+        print(f"ok   {name}")
+    except Exception as e:  # noqa: BLE001 - report every failure, then exit non-zero
+        failures.append(name)
+        print(f"FAIL {name}: {type(e).__name__}: {e}")
+
+
+oa = openai.OpenAI(base_url=f"{BASE}/v1", api_key="sk-anything", max_retries=0)
+user = [{"role": "user", "content": "What is a closure?"}]
+
+
+def openai_models():
+    ids = [m.id for m in oa.models.list()]
+    assert "brunix" in ids and UPSTREAM_MODEL in ids, ids
+    assert oa.models.retrieve("brunix").id == "brunix"
+
+
+def openai_chat():
+    r = oa.chat.completions.create(model="brunix", messages=user)
+    assert r.choices[0].message.content == ANSWER, r
+    assert r.choices[0].finish_reason == "stop"
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens > 0
+
+
+def openai_stream_with_usage():
+    stream = oa.chat.completions.create(
+        model="brunix", messages=[{"role": "system", "content": "terse"}] + user,
+        stream=True, stream_options={"include_usage": True})
+    text, finish, usage = "", None, None
+    for chunk in stream:
+        if chunk.usage:
+            usage = chunk.usage
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            finish = c.finish_reason or finish
+    assert text == ANSWER, text
+    assert finish == "stop"
+    assert usage is not None and usage.completion_tokens > 0
+
+
+def openai_content_parts():
+    r = oa.chat.completions.create(model="brunix", messages=[{"role": "user", "content": [
+        {"type": "text", "text": "part one"}, {"type": "text", "text": "part two"}]}])
+    assert r.choices[0].message.content == ANSWER
+
+
+def openai_unknown_model():
+    try:
+        oa.chat.completions.create(model="no-such-model", messages=user)
+    except openai.NotFoundError as e:
+        assert "no-such-model" in str(e), e
+        assert e.body["code"] == "model_not_found", e.body
+    else:
+        raise AssertionError("expected NotFoundError")
+
+
+def openai_bad_request():
+    try:
+        oa.chat.completions.create(model="brunix", messages=[])
+    except openai.BadRequestError as e:
+        assert "messages" in str(e), e
+    else:
+        raise AssertionError("expected BadRequestError")
+
+
+def openai_async_stream():
+    async def run():
+        client = openai.AsyncOpenAI(base_url=f"{BASE}/v1", api_key="k", max_retries=0)
+        stream = await client.chat.completions.create(model=UPSTREAM_MODEL, messages=user, stream=True)
+        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert asyncio.run(run()) == ANSWER
+
+
+def openai_completions():
+    r = oa.completions.create(model="brunix", prompt="def add(a, b):", max_tokens=8)
+    assert r.choices[0].text == ANSWER
+
+
+ol = ollama.Client(host=BASE)
+
+
+def ollama_list_show_ps():
+    names = [m.model for m in ol.list().models]
+    assert "brunix:latest" in names and UPSTREAM_MODEL in names, names
+    info = ol.show("brunix")
+    assert "completion" in (info.capabilities or []), info
+    assert [m.model for m in ol.ps().models] == ["brunix:latest"]
+
+
+def ollama_chat_stream():
+    parts = list(ol.chat(model="brunix", messages=user, stream=True))
+    assert "".join(p.message.content for p in parts) == ANSWER
+    assert parts[-1].done and parts[-1].done_reason == "stop"
+    assert parts[-1].eval_count > 0
+
+
+def ollama_chat_whole():
+    r = ol.chat(model="brunix:latest", messages=user, stream=False, options={"num_predict": 32})
+    assert r.message.content == ANSWER and r.done
+
+
+def ollama_generate():
+    r = ol.generate(model="brunix", prompt="hello", stream=False)
+    assert r.response == ANSWER and r.done
+    assert "".join(p.response for p in ol.generate(model="brunix", prompt="hello", stream=True)) == ANSWER
+
+
+def ollama_unknown_model():
+    try:
+        ol.chat(model="no-such-model", messages=user, stream=False)
+    except ollama.ResponseError as e:
+        assert e.status_code == 404 and "no-such-model" in e.error, (e.status_code, e.error)
+    else:
+        raise AssertionError("expected ResponseError")
+
+
+for name, fn in list(globals().items()):
+    if name.startswith(("openai_", "ollama_")) and callable(fn):
+        check(name, fn)
+
+print(f"{len(failures) == 0 and 'all' or 'some'} python client checks: "
+      f"{sum(1 for n in globals() if n.startswith(('openai_', 'ollama_')))} run, {len(failures)} failed")
+sys.exit(1 if failures else 0)
