@@ -66,11 +66,20 @@ async fn start_gateway(upstream: &ScriptedUpstream) -> GatewayProcess {
         .stderr(Stdio::null())
         .spawn()
         .expect("start the assist-gateway binary");
-    let url = format!("http://127.0.0.1:{port}");
+    // Owned from here on, so the process is killed and reaped on every path.
+    let gateway = GatewayProcess {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
     let client = reqwest::Client::new();
     for _ in 0..200 {
-        if client.get(format!("{url}/health")).send().await.is_ok() {
-            return GatewayProcess { child, url };
+        if client
+            .get(format!("{}/health", gateway.url))
+            .send()
+            .await
+            .is_ok()
+        {
+            return gateway;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
