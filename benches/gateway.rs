@@ -88,15 +88,25 @@ async fn start_gateway(upstream: &ScriptedUpstream) -> GatewayProcess {
 
 struct Run {
     latencies_us: Vec<u64>,
+    /// Time until the first answer token arrived.
+    ttft_us: Vec<u64>,
     seconds: f64,
+}
+
+fn percentile(values: &[u64], p: f64) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i] as f64 / 1000.0
 }
 
 impl Run {
     fn percentile(&self, p: f64) -> f64 {
-        let mut v = self.latencies_us.clone();
-        v.sort_unstable();
-        let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-        v[i] as f64 / 1000.0
+        percentile(&self.latencies_us, p)
+    }
+
+    fn ttft(&self, p: f64) -> f64 {
+        percentile(&self.ttft_us, p)
     }
 
     fn rps(&self) -> f64 {
@@ -120,24 +130,37 @@ async fn load(
         let (client, url, body, next) =
             (client.clone(), url.to_string(), body.clone(), next.clone());
         workers.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
+            let (mut lat, mut ttft) = (Vec::new(), Vec::new());
             while next.fetch_add(1, Ordering::Relaxed) < total {
                 let t = Instant::now();
-                let r = client.post(&url).json(&body).send().await.expect("request");
+                let mut r = client.post(&url).json(&body).send().await.expect("request");
                 assert_eq!(r.status(), 200);
-                let text = r.text().await.expect("body");
-                assert!(text.contains("tok0"), "unexpected body: {text:.200}");
+                let mut text = Vec::new();
+                let mut first = None;
+                while let Some(chunk) = r.chunk().await.expect("body") {
+                    text.extend_from_slice(&chunk);
+                    if first.is_none() && text.windows(4).any(|w| w == b"tok0") {
+                        first = Some(t.elapsed());
+                    }
+                }
+                let first = first.unwrap_or_else(|| {
+                    panic!("no answer in {:.200}", String::from_utf8_lossy(&text))
+                });
+                ttft.push(first.as_micros() as u64);
                 lat.push(t.elapsed().as_micros() as u64);
             }
-            lat
+            (lat, ttft)
         }));
     }
-    let mut latencies_us = Vec::new();
+    let (mut latencies_us, mut ttft_us) = (Vec::new(), Vec::new());
     for w in workers {
-        latencies_us.extend(w.await.unwrap());
+        let (l, t) = w.await.unwrap();
+        latencies_us.extend(l);
+        ttft_us.extend(t);
     }
     Run {
         latencies_us,
+        ttft_us,
         seconds: started.elapsed().as_secs_f64(),
     }
 }
@@ -200,8 +223,8 @@ async fn bench() {
             .unwrap_or(0)
     );
     println!();
-    println!("| mode | model | conc | direct p50 ms | via p50 ms | added p50 ms | direct p99 ms | via p99 ms | added p99 ms | direct req/s | via req/s |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| mode | model | conc | direct p50 ms | via p50 ms | added p50 ms | direct p99 ms | via p99 ms | added p99 ms | added TTFT p50 / p99 ms | direct req/s | via req/s |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for stream in [false, true] {
         for (label, model) in [("passthrough", UPSTREAM_MODEL), ("brunix", "brunix")] {
             for concurrency in [1u64, 8, 64] {
@@ -228,8 +251,17 @@ async fn bench() {
                 .await;
                 let d = load(&client, &direct, direct_body, total, concurrency).await;
                 let g = load(&client, &via, via_body, total, concurrency).await;
+                let ttft = if stream {
+                    format!(
+                        "{:.3} / {:.3}",
+                        g.ttft(0.5) - d.ttft(0.5),
+                        g.ttft(0.99) - d.ttft(0.99)
+                    )
+                } else {
+                    "-".to_string()
+                };
                 println!(
-                    "| {} | {label} | {concurrency} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.0} | {:.0} |",
+                    "| {} | {label} | {concurrency} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {ttft} | {:.0} | {:.0} |",
                     if stream { "stream" } else { "non-stream" },
                     d.percentile(0.5), g.percentile(0.5), g.percentile(0.5) - d.percentile(0.5),
                     d.percentile(0.99), g.percentile(0.99), g.percentile(0.99) - d.percentile(0.99),

@@ -103,6 +103,7 @@ fn init_logging(settings: &Settings) {
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match settings.log.format {
         LogFormat::Json => builder.json().init(),

@@ -183,6 +183,8 @@ pub(crate) struct RequestLog {
     deltas: u64,
     usage: Option<Usage>,
     outcome: &'static str,
+    /// The error's code (never its message, which may quote the upstream).
+    error: Option<&'static str>,
 }
 
 impl RequestLog {
@@ -200,6 +202,7 @@ impl RequestLog {
             usage: None,
             // Still "client_disconnected" if the stream is dropped before it ends.
             outcome: "client_disconnected",
+            error: None,
         }
     }
 
@@ -233,6 +236,7 @@ impl RequestLog {
             self.status = e.status.as_u16();
         }
         self.outcome = if in_stream { "stream_error" } else { "error" };
+        self.error = Some(e.code.unwrap_or(e.kind));
     }
 
     /// A response built here is logged by this log, not by the access log.
@@ -259,6 +263,7 @@ impl Drop for RequestLog {
             deltas = self.deltas,
             completion_tokens = self.usage.map(|u| u.completion_tokens),
             prompt_tokens = self.usage.map(|u| u.prompt_tokens),
+            error = self.error,
             "chat request"
         );
     }
