@@ -286,22 +286,27 @@ async fn failures_mid_stream_end_with_an_error_event() {
 async fn client_disconnect_cancels_the_upstream_request() {
     for provider in PROVIDERS {
         let up = ScriptedUpstream::start().await;
-        up.push(Reply::Endless(Duration::from_millis(20)));
         let gw = Gateway::start(&up, provider, |_| {}).await;
-        let mut response = client()
-            .post(gw.url("/v1/chat/completions"))
-            .json(&json!({"model": "brunix", "stream": true, "messages": [{"role": "user", "content": "x"}]}))
-            .send()
-            .await
-            .unwrap();
-        let got = read_some(&mut response, 600).await;
-        assert!(got.contains("tick"), "{got}");
-        assert_eq!(up.cancelled(), 0);
-        drop(response);
-        assert!(
-            eventually(5, || up.cancelled() == 1).await,
-            "{provider:?}: the upstream saw no cancellation"
-        );
+        for (n, path) in ["/v1/chat/completions", "/api/chat"]
+            .into_iter()
+            .enumerate()
+        {
+            up.push(Reply::Endless(Duration::from_millis(20)));
+            let mut response = client()
+                .post(gw.url(path))
+                .json(&json!({"model": "brunix", "stream": true, "messages": [{"role": "user", "content": "x"}]}))
+                .send()
+                .await
+                .unwrap();
+            let got = read_some(&mut response, 600).await;
+            assert!(got.contains("tick"), "{got}");
+            assert_eq!(up.cancelled(), n);
+            drop(response);
+            assert!(
+                eventually(5, || up.cancelled() == n + 1).await,
+                "{provider:?} {path}: the upstream saw no cancellation"
+            );
+        }
         // The gateway is not poisoned: the next request works.
         let (status, _, text) = post(
             &gw.url("/v1/chat/completions"),

@@ -14,6 +14,9 @@ async fn health_and_readiness() {
     let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
     let (status, v) = get_json(&gw.url("/health")).await;
     assert_eq!((status, v["status"].as_str()), (200, Some("ok")));
+    let (status, v) = get_json(&gw.url("/")).await;
+    assert_eq!(status, 200);
+    assert!(v.as_str().unwrap().contains("running"), "{v}");
     let (status, v) = get_json(&gw.url("/ready")).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["status"], "ok");
