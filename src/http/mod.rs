@@ -88,6 +88,26 @@ async fn method_not_allowed(req: Request) -> Response {
     error_response(Dialect::of_path(path), &GatewayError::method_not_allowed())
 }
 
+/// A tool call in a client's message, in either dialect.
+#[derive(serde::Deserialize)]
+struct WireToolCall {
+    id: Option<String>,
+    function: WireFunction,
+}
+
+#[derive(serde::Deserialize)]
+struct WireFunction {
+    name: String,
+    /// A JSON string (OpenAI) or an object (Ollama).
+    arguments: Option<serde_json::Value>,
+}
+
+impl WireToolCall {
+    fn into_tool_call(self) -> crate::llm::ToolCall {
+        crate::llm::ToolCall::from_wire(self.id, self.function.name, self.function.arguments)
+    }
+}
+
 /// Marks a response whose request a `RequestLog` already logs (chat routes).
 #[derive(Clone, Copy)]
 struct LoggedByHandler;

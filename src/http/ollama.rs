@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use super::error::ollama_body;
 use super::{
     error_response, failed, json_response, read_json, rfc3339_now, streaming_response, Dialect,
-    RequestLog,
+    RequestLog, WireToolCall,
 };
 use crate::app::AppState;
 use crate::error::GatewayError;
@@ -59,21 +59,9 @@ struct InMessage {
     content: Option<String>,
     #[serde(default)]
     images: Option<Vec<String>>,
-    tool_calls: Option<Vec<InToolCall>>,
+    tool_calls: Option<Vec<WireToolCall>>,
     tool_name: Option<String>,
     tool_call_id: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct InToolCall {
-    id: Option<String>,
-    function: InFunction,
-}
-
-#[derive(Deserialize)]
-struct InFunction {
-    name: String,
-    arguments: Option<Value>,
 }
 
 impl Request {
@@ -149,15 +137,7 @@ fn message(i: usize, m: InMessage) -> Result<Message, GatewayError> {
         .tool_calls
         .unwrap_or_default()
         .into_iter()
-        .map(|c| ToolCall {
-            id: c.id.unwrap_or_else(ToolCall::new_id),
-            name: c.function.name,
-            arguments: match c.function.arguments {
-                Some(Value::String(s)) => ToolCall::parse_arguments(&s),
-                Some(v) => v,
-                None => json!({}),
-            },
-        })
+        .map(WireToolCall::into_tool_call)
         .collect();
     out.tool_name = m.tool_name;
     out.tool_call_id = m.tool_call_id;
@@ -344,9 +324,7 @@ fn tool_calls_json(calls: &[ToolCall]) -> Value {
     calls
         .iter()
         .enumerate()
-        .map(|(i, c)| {
-            json!({"id": c.id, "function": {"index": i, "name": c.name, "arguments": c.arguments_object()}})
-        })
+        .map(|(i, c)| c.ollama_json(i))
         .collect()
 }
 

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use super::error::openai_body;
 use super::{
     error_response, failed, json_response, read_json, streaming_response, unix_now, Dialect,
-    RequestLog,
+    RequestLog, WireToolCall,
 };
 use crate::app::AppState;
 use crate::error::GatewayError;
@@ -81,7 +81,7 @@ enum Prompt {
 struct InMessage {
     role: String,
     content: Option<Content>,
-    tool_calls: Option<Vec<InToolCall>>,
+    tool_calls: Option<Vec<WireToolCall>>,
     tool_call_id: Option<String>,
 }
 
@@ -105,18 +105,6 @@ struct Part {
 enum ImageUrl {
     Object { url: String },
     Url(String),
-}
-
-#[derive(Deserialize)]
-struct InToolCall {
-    id: Option<String>,
-    function: InFunction,
-}
-
-#[derive(Deserialize)]
-struct InFunction {
-    name: String,
-    arguments: Option<Value>,
 }
 
 /// Options that shape the rendering, not the request.
@@ -244,15 +232,7 @@ fn message(i: usize, m: InMessage) -> Result<Message, GatewayError> {
         .tool_calls
         .unwrap_or_default()
         .into_iter()
-        .map(|c| ToolCall {
-            id: c.id.unwrap_or_else(ToolCall::new_id),
-            name: c.function.name,
-            arguments: match c.function.arguments {
-                Some(Value::String(s)) => ToolCall::parse_arguments(&s),
-                Some(v) => v,
-                None => json!({}),
-            },
-        })
+        .map(WireToolCall::into_tool_call)
         .collect();
     out.tool_call_id = m.tool_call_id;
     Ok(out)
@@ -396,10 +376,7 @@ async fn respond(
                             message["tool_calls"] = answer
                                 .tool_calls
                                 .iter()
-                                .map(|c| {
-                                    json!({"id": c.id, "type": "function",
-                                           "function": {"name": c.name, "arguments": c.arguments_text()}})
-                                })
+                                .map(ToolCall::openai_json)
                                 .collect();
                         }
                         ("message", message)

@@ -98,6 +98,32 @@ impl ToolCall {
         serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
     }
 
+    /// A call as a client or upstream sent it: arguments as a JSON string (OpenAI) or an
+    /// object (Ollama), the id when there is one.
+    pub fn from_wire(id: Option<String>, name: String, arguments: Option<Value>) -> Self {
+        Self {
+            id: id.unwrap_or_else(Self::new_id),
+            name,
+            arguments: match arguments {
+                Some(Value::String(s)) => Self::parse_arguments(&s),
+                Some(v) => v,
+                None => Value::Object(Map::new()),
+            },
+        }
+    }
+
+    /// OpenAI's shape of a complete call.
+    pub fn openai_json(&self) -> Value {
+        serde_json::json!({"id": self.id, "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments_text()}})
+    }
+
+    /// Ollama's shape of a complete call.
+    pub fn ollama_json(&self, index: usize) -> Value {
+        serde_json::json!({"id": self.id,
+            "function": {"index": index, "name": self.name, "arguments": self.arguments_object()}})
+    }
+
     pub fn new_id() -> String {
         format!("call_{}", &uuid::Uuid::new_v4().simple().to_string()[..24])
     }

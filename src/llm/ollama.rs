@@ -89,7 +89,8 @@ impl OllamaChat {
             let calls: Vec<Value> = m
                 .tool_calls
                 .iter()
-                .map(|c| json!({"function": {"name": c.name, "arguments": c.arguments_object()}}))
+                .enumerate()
+                .map(|(i, c)| c.ollama_json(i))
                 .collect();
             out.insert("tool_calls".into(), Value::Array(calls));
         }

@@ -92,14 +92,7 @@ fn message(m: &Message) -> Value {
     };
     out.insert("content".into(), content);
     if !m.tool_calls.is_empty() {
-        let calls: Vec<Value> = m
-            .tool_calls
-            .iter()
-            .map(|c| {
-                json!({"id": c.id, "type": "function",
-                       "function": {"name": c.name, "arguments": c.arguments_text()}})
-            })
-            .collect();
+        let calls: Vec<Value> = m.tool_calls.iter().map(ToolCall::openai_json).collect();
         out.insert("tool_calls".into(), Value::Array(calls));
     }
     if let Some(id) = &m.tool_call_id {
