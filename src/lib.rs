@@ -12,3 +12,4 @@ pub mod error;
 pub mod http;
 pub mod llm;
 pub mod pipeline;
+pub mod retrieval;

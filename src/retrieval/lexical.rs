@@ -1,0 +1,467 @@
+//! BM25 over the knowledge base with tantivy, in process.
+//!
+//! Prose is indexed twice, once per language analyzer (English and Spanish: lowercase,
+//! stop words, Snowball stemming, accent folding), and every chunk once more with a code
+//! analyzer whose text has its identifiers split (`getUserName` → `get user name`,
+//! `user_name` → `user name`). A query is searched in the fields of its own language plus
+//! the code field, so a Spanish query meets Spanish stems and an English one English stems.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use anyhow::{anyhow, Context};
+use tantivy::collector::TopDocs;
+use tantivy::directory::MmapDirectory;
+use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, TermQuery};
+use tantivy::schema::{
+    Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, STORED, STRING,
+};
+use tantivy::tokenizer::{
+    AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer,
+    StopWordFilter, TextAnalyzer,
+};
+use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+
+use super::{Hit, KnowledgeChunk, Lang, LexicalIndex};
+
+const EN: &str = "assist_en";
+const ES: &str = "assist_es";
+const CODE: &str = "assist_code";
+/// Memory the writer may use before it flushes a segment.
+const WRITER_BUDGET: usize = 64 * 1024 * 1024;
+
+/// How much a match in each field counts.
+const BODY_BOOST: f32 = 1.0;
+const SECTION_BOOST: f32 = 1.5;
+const CODE_BOOST: f32 = 0.8;
+
+#[derive(Clone, Copy)]
+struct Fields {
+    chunk_id: Field,
+    source_file: Field,
+    doc_type: Field,
+    section_en: Field,
+    section_es: Field,
+    body_en: Field,
+    body_es: Field,
+    code: Field,
+    payload: Field,
+}
+
+pub struct TantivyIndex {
+    index: Index,
+    reader: IndexReader,
+    writer: Mutex<IndexWriter<TantivyDocument>>,
+    fields: Fields,
+}
+
+fn schema() -> (Schema, Fields) {
+    let text = |tokenizer: &str| {
+        TextOptions::default().set_indexing_options(
+            TextFieldIndexing::default()
+                .set_tokenizer(tokenizer)
+                .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+        )
+    };
+    let mut b = Schema::builder();
+    let fields = Fields {
+        chunk_id: b.add_text_field("chunk_id", STRING | STORED),
+        source_file: b.add_text_field("source_file", STRING | STORED),
+        doc_type: b.add_text_field("doc_type", STRING | STORED),
+        section_en: b.add_text_field("section_en", text(EN)),
+        section_es: b.add_text_field("section_es", text(ES)),
+        body_en: b.add_text_field("body_en", text(EN)),
+        body_es: b.add_text_field("body_es", text(ES)),
+        code: b.add_text_field("code", text(CODE)),
+        payload: b.add_text_field("payload", STORED),
+    };
+    (b.build(), fields)
+}
+
+fn register_analyzers(index: &Index) -> anyhow::Result<()> {
+    let stop = |lang| {
+        StopWordFilter::new(lang).ok_or_else(|| anyhow!("tantivy has no stop words for {lang:?}"))
+    };
+    let english = TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(40))
+        .filter(LowerCaser)
+        .filter(AsciiFoldingFilter)
+        .filter(stop(Language::English)?)
+        .filter(Stemmer::new(Language::English))
+        .build();
+    // Spanish stop words and the Snowball stemmer expect accents; fold after them.
+    let spanish = TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(40))
+        .filter(LowerCaser)
+        .filter(stop(Language::Spanish)?)
+        .filter(Stemmer::new(Language::Spanish))
+        .filter(AsciiFoldingFilter)
+        .build();
+    let code = TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(60))
+        .filter(LowerCaser)
+        .filter(AsciiFoldingFilter)
+        .build();
+    let manager = index.tokenizers();
+    manager.register(EN, english);
+    manager.register(ES, spanish);
+    manager.register(CODE, code);
+    Ok(())
+}
+
+/// Adds the parts of every compound identifier after it: `getUserName` →
+/// `getUserName get User Name`, `MAX_RETRIES` → `MAX_RETRIES MAX RETRIES`.
+pub fn split_identifiers(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 2);
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        if word.is_empty() {
+            return;
+        }
+        out.push_str(word);
+        let parts = identifier_parts(word);
+        if parts.len() > 1 {
+            for p in parts {
+                out.push(' ');
+                out.push_str(p);
+            }
+        }
+        word.clear();
+    };
+    for c in text.chars() {
+        if c.is_alphanumeric() || c == '_' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+/// `getUserName` → [get, User, Name]; `HTTPServer2` → [HTTP, Server2]; `a_b` → [a, b].
+fn identifier_parts(word: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    for piece in word.split('_').filter(|p| !p.is_empty()) {
+        let chars: Vec<(usize, char)> = piece.char_indices().collect();
+        let mut start = 0;
+        for i in 1..chars.len() {
+            let (prev, cur) = (chars[i - 1].1, chars[i].1);
+            let next_lower = chars.get(i + 1).is_some_and(|(_, n)| n.is_lowercase());
+            let boundary = (prev.is_lowercase() && cur.is_uppercase())
+                || (prev.is_uppercase() && cur.is_uppercase() && next_lower);
+            if boundary {
+                parts.push(&piece[start..chars[i].0]);
+                start = chars[i].0;
+            }
+        }
+        parts.push(&piece[start..]);
+    }
+    parts
+}
+
+impl TantivyIndex {
+    /// Opens the index in `dir`, creating it (and the folder) when missing.
+    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the lexical index folder {}", dir.display()))?;
+        let directory = MmapDirectory::open(dir)
+            .with_context(|| format!("cannot open the lexical index in {}", dir.display()))?;
+        let (schema, fields) = schema();
+        let index = Index::open_or_create(directory, schema)
+            .with_context(|| format!("the lexical index in {} is unusable", dir.display()))?;
+        Self::with_index(index, fields)
+    }
+
+    /// An index that lives in memory only (tests, tools).
+    pub fn in_memory() -> anyhow::Result<Self> {
+        let (schema, fields) = schema();
+        Self::with_index(Index::create_in_ram(schema), fields)
+    }
+
+    fn with_index(index: Index, fields: Fields) -> anyhow::Result<Self> {
+        register_analyzers(&index)?;
+        let writer = index.writer(WRITER_BUDGET)?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(Self {
+            index,
+            reader,
+            writer: Mutex::new(writer),
+            fields,
+        })
+    }
+
+    fn document(&self, chunk: &KnowledgeChunk) -> anyhow::Result<TantivyDocument> {
+        let f = &self.fields;
+        let mut doc = TantivyDocument::default();
+        doc.add_text(f.chunk_id, &chunk.chunk_id);
+        doc.add_text(f.source_file, &chunk.source_file);
+        doc.add_text(f.doc_type, chunk.doc_type.as_str());
+        doc.add_text(f.section_en, &chunk.section);
+        doc.add_text(f.section_es, &chunk.section);
+        doc.add_text(f.body_en, &chunk.text);
+        doc.add_text(f.body_es, &chunk.text);
+        doc.add_text(
+            f.code,
+            split_identifiers(&format!("{} {}", chunk.section, chunk.text)),
+        );
+        doc.add_text(f.payload, serde_json::to_string(chunk)?);
+        Ok(doc)
+    }
+
+    /// Runs `change` on the writer and commits, or rolls back on error.
+    fn write(
+        &self,
+        change: impl FnOnce(&mut IndexWriter<TantivyDocument>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let mut writer = self
+            .writer
+            .lock()
+            .map_err(|_| anyhow!("the lexical index writer was poisoned by a panic"))?;
+        if let Err(e) = change(&mut writer) {
+            writer.rollback()?;
+            return Err(e);
+        }
+        writer.commit()?;
+        self.reader.reload()?;
+        Ok(())
+    }
+
+    /// Analyzed terms of `text` for one field, without repeats.
+    fn terms(&self, field: Field, text: &str) -> anyhow::Result<Vec<Term>> {
+        let mut analyzer = self.index.tokenizer_for_field(field)?;
+        let mut words: Vec<String> = Vec::new();
+        let mut stream = analyzer.token_stream(text);
+        stream.process(&mut |t| {
+            if !words.contains(&t.text) {
+                words.push(t.text.clone());
+            }
+        });
+        Ok(words
+            .iter()
+            .map(|w| Term::from_field_text(field, w))
+            .collect())
+    }
+}
+
+impl LexicalIndex for TantivyIndex {
+    fn replace_files(&self, files: &[(String, Vec<KnowledgeChunk>)]) -> anyhow::Result<()> {
+        let docs = files
+            .iter()
+            .flat_map(|(_, chunks)| chunks.iter().map(|c| self.document(c)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let source = self.fields.source_file;
+        self.write(|w| {
+            for (file, _) in files {
+                w.delete_term(Term::from_field_text(source, file));
+            }
+            for doc in docs {
+                w.add_document(doc)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn remove_files(&self, files: &[String]) -> anyhow::Result<()> {
+        let source = self.fields.source_file;
+        self.write(|w| {
+            for file in files {
+                w.delete_term(Term::from_field_text(source, file));
+            }
+            Ok(())
+        })
+    }
+
+    fn search(&self, query: &str, lang: Lang, top_n: usize) -> anyhow::Result<Vec<Hit>> {
+        let f = &self.fields;
+        let (body, section) = match lang {
+            Lang::En => (f.body_en, f.section_en),
+            Lang::Es => (f.body_es, f.section_es),
+        };
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        let code_query = split_identifiers(query);
+        for (field, text, boost) in [
+            (body, query, BODY_BOOST),
+            (section, query, SECTION_BOOST),
+            (f.code, code_query.as_str(), CODE_BOOST),
+        ] {
+            for term in self.terms(field, text)? {
+                let q = TermQuery::new(term, IndexRecordOption::WithFreqs);
+                clauses.push((Occur::Should, Box::new(BoostQuery::new(Box::new(q), boost))));
+            }
+        }
+        if clauses.is_empty() || top_n == 0 {
+            return Ok(Vec::new());
+        }
+        let searcher = self.reader.searcher();
+        let top = searcher.search(
+            &BooleanQuery::new(clauses),
+            &TopDocs::with_limit(top_n).order_by_score(),
+        )?;
+        top.into_iter()
+            .map(|(score, address)| {
+                let doc: TantivyDocument = searcher.doc(address)?;
+                let payload = doc
+                    .get_first(f.payload)
+                    .and_then(|v| v.as_str())
+                    .ok_or_else(|| anyhow!("a lexical index entry has no payload"))?;
+                Ok(Hit {
+                    chunk: serde_json::from_str(payload)?,
+                    score,
+                })
+            })
+            .collect()
+    }
+
+    fn len(&self) -> anyhow::Result<u64> {
+        Ok(self.reader.searcher().num_docs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retrieval::DocType;
+
+    fn chunk(id: &str, file: &str, doc_type: DocType, section: &str, text: &str) -> KnowledgeChunk {
+        KnowledgeChunk {
+            chunk_id: id.into(),
+            source_file: file.into(),
+            start_line: 1,
+            end_line: text.lines().count().max(1),
+            doc_type,
+            block_type: "section".into(),
+            section: section.into(),
+            language: "en".into(),
+            text: text.into(),
+        }
+    }
+
+    fn corpus() -> Vec<(String, Vec<KnowledgeChunk>)> {
+        vec![
+            (
+                "docs/variables.es.md".into(),
+                vec![chunk(
+                    "es-1",
+                    "docs/variables.es.md",
+                    DocType::Narrative,
+                    "Variables > Declaración",
+                    "Las variables se declaran con la palabra reservada let. Cada declaración \
+                     crea un enlace nuevo que puede ocultar a los anteriores.",
+                )],
+            ),
+            (
+                "docs/variables.en.md".into(),
+                vec![chunk(
+                    "en-1",
+                    "docs/variables.en.md",
+                    DocType::Narrative,
+                    "Variables > Declaring",
+                    "Variables are declared with the let keyword. Each declaration creates a \
+                     new binding that may shadow earlier ones.",
+                )],
+            ),
+            (
+                "src/users.rs".into(),
+                vec![chunk(
+                    "code-1",
+                    "src/users.rs",
+                    DocType::Code,
+                    "",
+                    "pub fn getUserName(id: u64) -> String { lookup_display_name(id) }",
+                )],
+            ),
+        ]
+    }
+
+    fn ids(hits: &[Hit]) -> Vec<&str> {
+        hits.iter().map(|h| h.chunk.chunk_id.as_str()).collect()
+    }
+
+    #[test]
+    fn splits_identifiers() {
+        assert_eq!(identifier_parts("getUserName"), ["get", "User", "Name"]);
+        assert_eq!(identifier_parts("HTTPServer2"), ["HTTP", "Server2"]);
+        assert_eq!(
+            identifier_parts("lookup_display_name"),
+            ["lookup", "display", "name"]
+        );
+        assert_eq!(identifier_parts("plain"), ["plain"]);
+        assert_eq!(
+            split_identifiers("x = getUser();"),
+            "x = getUser get User();"
+        );
+    }
+
+    #[test]
+    fn each_language_finds_its_own_chunk_first() {
+        let index = TantivyIndex::in_memory().unwrap();
+        index.replace_files(&corpus()).unwrap();
+        assert_eq!(index.len().unwrap(), 3);
+        let es = index
+            .search("¿cómo se declaran las variables?", Lang::Es, 3)
+            .unwrap();
+        assert_eq!(ids(&es)[0], "es-1", "{es:?}");
+        let en = index
+            .search("how are variables declared", Lang::En, 3)
+            .unwrap();
+        assert_eq!(ids(&en)[0], "en-1", "{en:?}");
+        // Stemming and accent folding: "declaración" and "declaracion" meet.
+        let folded = index.search("declaracion", Lang::Es, 3).unwrap();
+        assert_eq!(ids(&folded)[0], "es-1", "{folded:?}");
+    }
+
+    #[test]
+    fn identifiers_are_found_by_their_words() {
+        let index = TantivyIndex::in_memory().unwrap();
+        index.replace_files(&corpus()).unwrap();
+        for q in ["user name", "getUserName", "display name lookup"] {
+            let hits = index.search(q, Lang::En, 3).unwrap();
+            assert_eq!(ids(&hits)[0], "code-1", "{q}: {hits:?}");
+        }
+        let hit = &index.search("user name", Lang::En, 1).unwrap()[0];
+        assert_eq!(hit.chunk.doc_type, DocType::Code);
+        assert_eq!(hit.chunk.source_file, "src/users.rs");
+    }
+
+    #[test]
+    fn replacing_and_removing_files_persists() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let index = TantivyIndex::open(dir.path()).unwrap();
+            index.replace_files(&corpus()).unwrap();
+            let edited = chunk(
+                "en-2",
+                "docs/variables.en.md",
+                DocType::Narrative,
+                "Variables > Constants",
+                "Constants are declared with const and never change.",
+            );
+            index
+                .replace_files(&[("docs/variables.en.md".into(), vec![edited])])
+                .unwrap();
+            index.remove_files(&["src/users.rs".into()]).unwrap();
+        }
+        let index = TantivyIndex::open(dir.path()).unwrap();
+        assert_eq!(
+            index.len().unwrap(),
+            2,
+            "the edited file's old chunk and the deleted file are gone"
+        );
+        assert!(index
+            .search("shadow binding", Lang::En, 5)
+            .unwrap()
+            .iter()
+            .all(|h| h.chunk.chunk_id != "en-1"));
+        assert_eq!(
+            ids(&index.search("constants const", Lang::En, 5).unwrap()),
+            ["en-2"]
+        );
+        assert!(index.search("user name", Lang::En, 5).unwrap().is_empty());
+        assert!(index.search("   ", Lang::En, 5).unwrap().is_empty());
+    }
+}

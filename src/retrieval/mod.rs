@@ -1,0 +1,78 @@
+//! Knowledge retrieval: what a chunk of knowledge is, the lexical (BM25) index, and
+//! rank fusion. The dense-vector store and the hybrid retriever that fuses both lists
+//! join here (issue 3); ingestion fills the indexes.
+
+pub mod fusion;
+pub mod lang;
+pub mod lexical;
+
+use serde::{Deserialize, Serialize};
+
+pub use lang::Lang;
+
+/// What kind of document a chunk comes from; used for boosts and filters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DocType {
+    /// Reference material: language or API specifications.
+    Spec,
+    /// Prose: guides, tutorials, READMEs.
+    Narrative,
+    /// Source code.
+    Code,
+    /// Code inside documentation (a fenced example).
+    CodeExample,
+}
+
+impl DocType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DocType::Spec => "spec",
+            DocType::Narrative => "narrative",
+            DocType::Code => "code",
+            DocType::CodeExample => "code_example",
+        }
+    }
+}
+
+/// One searchable piece of the knowledge base, with where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KnowledgeChunk {
+    /// Stable across runs for unchanged content.
+    pub chunk_id: String,
+    pub source_file: String,
+    /// 1-based, inclusive.
+    pub start_line: usize,
+    pub end_line: usize,
+    pub doc_type: DocType,
+    /// `section`, `function`, `class`, `impl`, `code_block`, `window`, …
+    pub block_type: String,
+    /// Heading path, e.g. `Guide > Installation`.
+    pub section: String,
+    /// Natural language (`en`, `es`) for prose, the programming language for code.
+    pub language: String,
+    pub text: String,
+}
+
+/// A chunk found by a search, with the searcher's own score.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hit {
+    pub chunk: KnowledgeChunk,
+    pub score: f32,
+}
+
+/// Full-text search over the knowledge base.
+pub trait LexicalIndex: Send + Sync {
+    /// Replaces everything indexed for each given file with its new chunks, atomically
+    /// (a crash leaves the previous state).
+    fn replace_files(&self, files: &[(String, Vec<KnowledgeChunk>)]) -> anyhow::Result<()>;
+    /// Removes every chunk of these files.
+    fn remove_files(&self, files: &[String]) -> anyhow::Result<()>;
+    /// The best `top_n` chunks for a query written in `lang`.
+    fn search(&self, query: &str, lang: Lang, top_n: usize) -> anyhow::Result<Vec<Hit>>;
+    /// Number of chunks indexed.
+    fn len(&self) -> anyhow::Result<u64>;
+    fn is_empty(&self) -> anyhow::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+}
