@@ -10,6 +10,7 @@ pub mod app;
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod ingest;
 pub mod llm;
 pub mod pipeline;
 pub mod retrieval;

@@ -1,0 +1,3 @@
+//! Ingestion: files and folders in, knowledge chunks out, written to the indexes.
+
+pub mod chunk;
