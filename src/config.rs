@@ -20,6 +20,10 @@ pub struct Settings {
     pub log: LogSettings,
     pub assistant: AssistantSettings,
     pub llm: LlmSettings,
+    pub embeddings: EmbeddingSettings,
+    pub qdrant: QdrantSettings,
+    pub retrieval: RetrievalSettings,
+    pub ingest: IngestSettings,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -65,6 +69,59 @@ pub struct LlmSettings {
     pub api_key: String,
     pub connect_timeout_secs: u64,
     pub first_byte_timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddingSettings {
+    pub provider: EmbeddingProvider,
+    pub base_url: String,
+    pub model: String,
+    pub path: String,
+    pub api_key: String,
+    pub batch_size: usize,
+    #[serde(deserialize_with = "list_or_comma_string")]
+    pub languages: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbeddingProvider {
+    None,
+    Local,
+    Ollama,
+    Openai,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QdrantSettings {
+    pub url: String,
+    pub collection: String,
+    pub api_key: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrievalSettings {
+    pub top_k: usize,
+    pub rrf_k: f32,
+    pub candidates: usize,
+    pub bm25_weight: f32,
+    pub dense_weight: f32,
+    pub foreign_dense_weight: f32,
+    pub spec_boost: f32,
+    pub narrative_boost: f32,
+    pub code_example_boost: f32,
+    pub code_boost: f32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestSettings {
+    pub chunk_chars: usize,
+    pub overlap_chars: usize,
+    pub max_file_bytes: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -179,6 +236,48 @@ impl Settings {
         }
         if self.llm.model.trim().is_empty() {
             return Err(SettingsError::new("llm.model", "must not be empty"));
+        }
+        if self.embeddings.provider == EmbeddingProvider::Local
+            && self.embeddings.path.trim().is_empty()
+        {
+            return Err(SettingsError::new(
+                "embeddings.path",
+                "the local embedder needs the model folder",
+            ));
+        }
+        if self.embeddings.batch_size == 0 {
+            return Err(SettingsError::new(
+                "embeddings.batch_size",
+                "must be at least 1",
+            ));
+        }
+        let r = &self.retrieval;
+        if r.top_k == 0 || r.candidates < r.top_k {
+            return Err(SettingsError::new(
+                "retrieval.top_k / retrieval.candidates",
+                "top_k must be at least 1 and candidates at least top_k",
+            ));
+        }
+        if r.rrf_k <= 0.0 {
+            return Err(SettingsError::new("retrieval.rrf_k", "must be positive"));
+        }
+        let weights = [
+            ("retrieval.bm25_weight", r.bm25_weight),
+            ("retrieval.dense_weight", r.dense_weight),
+            ("retrieval.foreign_dense_weight", r.foreign_dense_weight),
+            ("retrieval.spec_boost", r.spec_boost),
+            ("retrieval.narrative_boost", r.narrative_boost),
+            ("retrieval.code_example_boost", r.code_example_boost),
+            ("retrieval.code_boost", r.code_boost),
+        ];
+        if let Some((key, _)) = weights.iter().find(|(_, w)| !w.is_finite() || *w < 0.0) {
+            return Err(SettingsError::new(key, "must be a number ≥ 0"));
+        }
+        if self.ingest.chunk_chars < 200 || self.ingest.overlap_chars >= self.ingest.chunk_chars {
+            return Err(SettingsError::new(
+                "ingest.chunk_chars / ingest.overlap_chars",
+                "chunk_chars must be at least 200 and larger than overlap_chars",
+            ));
         }
         if self.llm.connect_timeout_secs == 0 || self.llm.first_byte_timeout_secs == 0 {
             return Err(SettingsError::new(

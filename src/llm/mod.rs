@@ -2,6 +2,7 @@
 //! types every adapter speaks, and the adapters (Ollama native, OpenAI-compatible).
 
 mod http;
+pub mod local;
 pub mod ollama;
 pub mod openai;
 
@@ -12,7 +13,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde_json::{Map, Value};
 
-use crate::config::{LlmSettings, Provider};
+use crate::config::{EmbeddingProvider, EmbeddingSettings, LlmSettings, Provider};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -265,6 +266,41 @@ pub trait ChatModel: Send + Sync {
     async fn show(&self, model: &str) -> Result<ModelCard, UpstreamError>;
 }
 
+/// Turns texts into dense vectors (one per text, all of the same dimension).
+#[async_trait]
+pub trait Embedder: Send + Sync {
+    /// What produces the vectors (for logs, readiness and the vector store's metadata).
+    fn describe(&self) -> String;
+    /// Embeds the texts in order; adapters split large inputs into batches.
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, UpstreamError>;
+}
+
+/// Runs `call` over `texts` in batches of `batch` and checks every answer has one
+/// vector per text.
+pub(crate) async fn embed_in_batches<F, Fut>(
+    texts: &[String],
+    batch: usize,
+    mut call: F,
+) -> Result<Vec<Vec<f32>>, UpstreamError>
+where
+    F: FnMut(Vec<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<Vec<f32>>, UpstreamError>>,
+{
+    let mut out = Vec::with_capacity(texts.len());
+    for part in texts.chunks(batch.max(1)) {
+        let vectors = call(part.to_vec()).await?;
+        if vectors.len() != part.len() {
+            return Err(UpstreamError::new(
+                UpstreamErrorKind::Protocol,
+                "embeddings",
+                format!("{} vectors for {} texts", vectors.len(), part.len()),
+            ));
+        }
+        out.extend(vectors);
+    }
+    Ok(out)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UpstreamErrorKind {
     /// Connection refused, DNS failure, TLS failure.
@@ -331,5 +367,45 @@ pub fn from_settings(settings: &LlmSettings) -> anyhow::Result<Arc<dyn ChatModel
     Ok(match settings.provider {
         Provider::Ollama => Arc::new(ollama::OllamaChat::new(client)),
         Provider::Openai => Arc::new(openai::OpenAiChat::new(client)),
+    })
+}
+
+/// Builds the configured embedder; `None` when `embeddings.provider = "none"`.
+/// `llm` supplies the base URL and key when the embedding settings leave them empty.
+pub fn embedder_from_settings(
+    settings: &EmbeddingSettings,
+    llm: &LlmSettings,
+) -> anyhow::Result<Option<Arc<dyn Embedder>>> {
+    let pick = |own: &str, fallback: &str| {
+        if own.trim().is_empty() {
+            fallback.to_string()
+        } else {
+            own.to_string()
+        }
+    };
+    let client = || {
+        http::Upstream::new(
+            &pick(&settings.base_url, &llm.base_url),
+            &pick(&settings.api_key, &llm.api_key),
+            Duration::from_secs(llm.connect_timeout_secs),
+            Duration::from_secs(llm.first_byte_timeout_secs),
+        )
+    };
+    Ok(match settings.provider {
+        EmbeddingProvider::None => None,
+        EmbeddingProvider::Local => Some(Arc::new(local::LocalEmbedder::load(
+            std::path::Path::new(&settings.path),
+            settings.batch_size,
+        )?)),
+        EmbeddingProvider::Ollama => Some(Arc::new(ollama::OllamaEmbedder::new(
+            client()?,
+            &settings.model,
+            settings.batch_size,
+        ))),
+        EmbeddingProvider::Openai => Some(Arc::new(openai::OpenAiEmbedder::new(
+            client()?,
+            &settings.model,
+            settings.batch_size,
+        ))),
     })
 }

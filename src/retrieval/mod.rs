@@ -3,6 +3,7 @@
 //! join here (issue 3); ingestion fills the indexes.
 
 pub mod fusion;
+pub mod hybrid;
 pub mod lang;
 pub mod lexical;
 
@@ -75,4 +76,34 @@ pub trait LexicalIndex: Send + Sync {
     fn is_empty(&self) -> anyhow::Result<bool> {
         Ok(self.len()? == 0)
     }
+}
+
+/// A chunk with its dense vector, as stored in the vector store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VectorPoint {
+    pub chunk: KnowledgeChunk,
+    pub vector: Vec<f32>,
+}
+
+/// Dense-vector search over the knowledge base (Qdrant: a server or the embedded engine).
+#[async_trait::async_trait]
+pub trait VectorStore: Send + Sync {
+    /// Creates the collection for vectors of `dimension` if it does not exist; an existing
+    /// collection of another dimension is an error (re-ingest with `--rebuild`).
+    async fn ensure_collection(&self, dimension: usize) -> anyhow::Result<()>;
+    /// Inserts or replaces points (keyed by chunk id).
+    async fn upsert(&self, points: Vec<VectorPoint>) -> anyhow::Result<()>;
+    /// Removes every point of these files.
+    async fn remove_files(&self, files: &[String]) -> anyhow::Result<()>;
+    /// The `top_n` nearest chunks, optionally only of one document type.
+    async fn search(
+        &self,
+        vector: &[f32],
+        top_n: usize,
+        doc_type: Option<DocType>,
+    ) -> anyhow::Result<Vec<Hit>>;
+    /// Number of points stored.
+    async fn count(&self) -> anyhow::Result<u64>;
+    /// Builds the search index (HNSW) after a bulk load; may take a while.
+    async fn optimize(&self) -> anyhow::Result<()>;
 }

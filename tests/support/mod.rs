@@ -98,6 +98,8 @@ impl ScriptedUpstream {
             .route("/v1/chat/completions", route_post(handle))
             .route("/v1/completions", route_post(handle))
             .route("/v1/models", get(models))
+            .route("/api/embed", route_post(embed))
+            .route("/v1/embeddings", route_post(embed))
             .with_state(shared.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -152,6 +154,68 @@ impl ScriptedUpstream {
 
     pub fn completed(&self) -> usize {
         self.shared.completed.load(Ordering::SeqCst)
+    }
+}
+
+/// A deterministic vector for a text: letter frequencies, L2-normalised.
+pub fn letter_vector(text: &str) -> Vec<f32> {
+    let mut v = [0.0f32; 26];
+    for c in text
+        .to_ascii_lowercase()
+        .bytes()
+        .filter(u8::is_ascii_lowercase)
+    {
+        v[(c - b'a') as usize] += 1.0;
+    }
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+    v.iter().map(|x| x / norm).collect()
+}
+
+/// `/api/embed` (Ollama) and `/v1/embeddings` (OpenAI) in their own response shapes.
+async fn embed(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    shared.requests.lock().unwrap().push(Recorded {
+        path: uri.path().to_string(),
+        headers,
+        body: body.clone(),
+    });
+    if let Some(Reply::Status { status, body }) = shared.script.lock().unwrap().pop_front() {
+        return Response::builder()
+            .status(status)
+            .body(Body::from(body))
+            .unwrap();
+    }
+    let inputs: Vec<String> = match &body["input"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|x| x.as_str().map(String::from))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let vectors: Vec<Vec<f32>> = inputs.iter().map(|t| letter_vector(t)).collect();
+    if uri.path() == "/api/embed" {
+        axum::Json(json!({"model": body["model"], "embeddings": vectors,
+            "total_duration": 1000, "load_duration": 0, "prompt_eval_count": inputs.len()}))
+        .into_response()
+    } else {
+        // Servers may answer out of order; the index says which input is which.
+        let data: Vec<Value> = vectors
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, v)| json!({"object": "embedding", "index": i, "embedding": v}))
+            .collect();
+        axum::Json(
+            json!({"object": "list", "data": data, "model": body["model"],
+            "usage": {"prompt_tokens": inputs.len(), "total_tokens": inputs.len()}}),
+        )
+        .into_response()
     }
 }
 

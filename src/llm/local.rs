@@ -1,0 +1,170 @@
+//! A sentence-transformers BERT model folder run in process with candle: token
+//! embeddings averaged over the attention mask, then L2-normalised — the recipe
+//! sentence-transformers uses for models such as all-MiniLM-L6-v2. Nothing is
+//! downloaded: the folder must hold `config.json`, `tokenizer.json` and
+//! `model.safetensors`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context};
+use async_trait::async_trait;
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+use super::{embed_in_batches, Embedder, UpstreamError, UpstreamErrorKind};
+
+/// sentence-transformers truncates these models at 256 tokens.
+const MAX_TOKENS: usize = 256;
+const REQUIRED: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
+
+struct Model {
+    bert: BertModel,
+    tokenizer: Tokenizer,
+    device: Device,
+}
+
+pub struct LocalEmbedder {
+    model: Arc<Model>,
+    folder: PathBuf,
+    batch: usize,
+}
+
+impl LocalEmbedder {
+    /// Loads the model folder; the error names every missing file.
+    pub fn load(folder: &Path, batch: usize) -> anyhow::Result<Self> {
+        let missing: Vec<&str> = REQUIRED
+            .iter()
+            .copied()
+            .filter(|f| !folder.join(f).is_file())
+            .collect();
+        if !missing.is_empty() {
+            return Err(anyhow!(
+                "embeddings.path {} is not a sentence-transformers model folder: missing {}",
+                folder.display(),
+                missing.join(", ")
+            ));
+        }
+        let device = Device::Cpu;
+        let config: Config = serde_json::from_str(
+            &std::fs::read_to_string(folder.join("config.json")).context("config.json")?,
+        )
+        .context("config.json is not a BERT configuration")?;
+        let mut tokenizer = Tokenizer::from_file(folder.join("tokenizer.json"))
+            .map_err(|e| anyhow!("tokenizer.json: {e}"))?;
+        // The folder's tokenizer pads every input to a fixed length; pad each batch only
+        // to its longest text instead, and truncate where sentence-transformers does.
+        tokenizer.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            ..PaddingParams::default()
+        }));
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: MAX_TOKENS,
+                ..TruncationParams::default()
+            }))
+            .map_err(|e| anyhow!("tokenizer.json: {e}"))?;
+        // SAFETY: the weights file is memory-mapped read-only; the gateway never
+        // writes to the model folder while it runs.
+        let vars = unsafe {
+            VarBuilder::from_mmaped_safetensors(
+                &[folder.join("model.safetensors")],
+                DType::F32,
+                &device,
+            )
+        }
+        .context("model.safetensors")?;
+        let bert =
+            BertModel::load(vars, &config).context("model.safetensors does not fit config.json")?;
+        Ok(Self {
+            model: Arc::new(Model {
+                bert,
+                tokenizer,
+                device,
+            }),
+            folder: folder.to_path_buf(),
+            batch,
+        })
+    }
+}
+
+impl Model {
+    fn embed(&self, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| anyhow!("tokenizing: {e}"))?;
+        let rows = encodings.len();
+        let cols = encodings[0].get_ids().len();
+        let ids: Vec<u32> = encodings
+            .iter()
+            .flat_map(|e| e.get_ids().to_vec())
+            .collect();
+        let mask: Vec<u32> = encodings
+            .iter()
+            .flat_map(|e| e.get_attention_mask().to_vec())
+            .collect();
+        let ids = Tensor::from_vec(ids, (rows, cols), &self.device)?;
+        let mask = Tensor::from_vec(mask, (rows, cols), &self.device)?;
+        let type_ids = ids.zeros_like()?;
+        let hidden = self.bert.forward(&ids, &type_ids, Some(&mask))?; // (rows, cols, dim)
+        let weights = mask.to_dtype(DType::F32)?.unsqueeze(2)?; // (rows, cols, 1)
+        let summed = hidden.broadcast_mul(&weights)?.sum(1)?; // (rows, dim)
+        let counts = weights.sum(1)?; // (rows, 1); at least 2: [CLS] and [SEP]
+        let mean = summed.broadcast_div(&counts)?;
+        let norm = mean.sqr()?.sum_keepdim(1)?.sqrt()?;
+        Ok(mean.broadcast_div(&norm)?.to_vec2::<f32>()?)
+    }
+}
+
+#[async_trait]
+impl Embedder for LocalEmbedder {
+    fn describe(&self) -> String {
+        format!("local {}", self.folder.display())
+    }
+
+    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, UpstreamError> {
+        embed_in_batches(texts, self.batch, |part| {
+            let model = self.model.clone();
+            async move {
+                tokio::task::spawn_blocking(move || model.embed(&part))
+                    .await
+                    .map_err(|e| anyhow!("the embedding task failed: {e}"))
+                    .and_then(|r| r)
+                    .map_err(|e| {
+                        UpstreamError::new(
+                            UpstreamErrorKind::Stream,
+                            "local embedder",
+                            format!("{e:#}"),
+                        )
+                    })
+            }
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_without_the_model_files_is_named_in_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+        let err = LocalEmbedder::load(dir.path(), 8)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("tokenizer.json") && err.contains("model.safetensors"),
+            "{err}"
+        );
+        assert!(!err.contains("config.json,"), "{err}");
+    }
+}

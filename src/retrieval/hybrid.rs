@@ -1,0 +1,250 @@
+//! The hybrid retriever: BM25 and dense candidates fused with weighted RRF, boosted by
+//! document type for definition questions, deduplicated, cut to `top_k`. When the
+//! embedder or the vector store fails, BM25 answers alone and readiness says why.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use super::fusion::{rrf, Ranked};
+use super::{DocType, Hit, KnowledgeChunk, Lang, LexicalIndex, VectorStore};
+use crate::config::RetrievalSettings;
+use crate::llm::Embedder;
+
+/// Which lists a search uses (the evaluation compares all three).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Hybrid,
+    Lexical,
+    Dense,
+}
+
+/// A fused result: the chunk and its final score.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scored {
+    pub chunk: KnowledgeChunk,
+    pub score: f32,
+}
+
+/// The state of the dense half, for `/ready`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DenseState {
+    /// No embedder configured: BM25 only, by choice.
+    Disabled,
+    Ok,
+    /// Configured but failing: BM25 answers alone.
+    Degraded(String),
+}
+
+pub struct Retriever {
+    lexical: Arc<dyn LexicalIndex>,
+    dense: Option<(Arc<dyn Embedder>, Arc<dyn VectorStore>)>,
+    settings: RetrievalSettings,
+    /// Languages the embedder reads well.
+    embed_langs: Vec<Lang>,
+    degraded: Mutex<Option<String>>,
+}
+
+impl Retriever {
+    pub fn new(
+        lexical: Arc<dyn LexicalIndex>,
+        dense: Option<(Arc<dyn Embedder>, Arc<dyn VectorStore>)>,
+        settings: RetrievalSettings,
+        embed_langs: Vec<Lang>,
+    ) -> Self {
+        Self {
+            lexical,
+            dense,
+            settings,
+            embed_langs,
+            degraded: Mutex::new(None),
+        }
+    }
+
+    pub fn dense_state(&self) -> DenseState {
+        match (&self.dense, self.degraded.lock().map(|d| d.clone())) {
+            (None, _) => DenseState::Disabled,
+            (Some(_), Ok(Some(reason))) => DenseState::Degraded(reason),
+            (Some(_), _) => DenseState::Ok,
+        }
+    }
+
+    /// Records a dense failure; logs it the first time (and when the reason changes).
+    fn degrade(&self, reason: String) {
+        if let Ok(mut d) = self.degraded.lock() {
+            if d.as_deref() != Some(reason.as_str()) {
+                tracing::warn!(reason = %reason, "dense retrieval unavailable: BM25 answers alone");
+            }
+            *d = Some(reason);
+        }
+    }
+
+    fn recover(&self) {
+        if let Ok(mut d) = self.degraded.lock() {
+            if d.take().is_some() {
+                tracing::info!("dense retrieval is back");
+            }
+        }
+    }
+
+    /// The best `top_k` chunks for `query`.
+    pub async fn search(&self, query: &str, mode: Mode) -> anyhow::Result<Vec<Scored>> {
+        let lang = Lang::detect(query);
+        let n = self.settings.candidates;
+        let lexical = if mode == Mode::Dense {
+            Vec::new()
+        } else {
+            let index = self.lexical.clone();
+            let q = query.to_string();
+            tokio::task::spawn_blocking(move || index.search(&q, lang, n)).await??
+        };
+        let dense = if mode == Mode::Lexical {
+            Vec::new()
+        } else {
+            self.dense_hits(query, n).await
+        };
+        let dense_weight = if self.embed_langs.contains(&lang) {
+            self.settings.dense_weight
+        } else {
+            self.settings.foreign_dense_weight
+        };
+        let weights = match mode {
+            Mode::Hybrid => (self.settings.bm25_weight, dense_weight),
+            Mode::Lexical => (1.0, 0.0),
+            Mode::Dense => (0.0, 1.0),
+        };
+        Ok(self.fuse(query, &lexical, &dense, weights))
+    }
+
+    async fn dense_hits(&self, query: &str, n: usize) -> Vec<Hit> {
+        let Some((embedder, store)) = &self.dense else {
+            return Vec::new();
+        };
+        let vector = match embedder.embed(&[query.to_string()]).await {
+            Ok(mut v) if !v.is_empty() => v.swap_remove(0),
+            Ok(_) => {
+                self.degrade(format!("{} returned no vector", embedder.describe()));
+                return Vec::new();
+            }
+            Err(e) => {
+                self.degrade(format!("embedder {}: {e}", embedder.describe()));
+                return Vec::new();
+            }
+        };
+        match store.search(&vector, n, None).await {
+            Ok(hits) => {
+                self.recover();
+                hits
+            }
+            Err(e) => {
+                self.degrade(format!("vector store: {e:#}"));
+                Vec::new()
+            }
+        }
+    }
+
+    /// Weighted RRF, doc-type boosts for definition questions, dedupe, top_k.
+    fn fuse(
+        &self,
+        query: &str,
+        lexical: &[Hit],
+        dense: &[Hit],
+        weights: (f32, f32),
+    ) -> Vec<Scored> {
+        let lexical_ids: Vec<&str> = lexical.iter().map(|h| h.chunk.chunk_id.as_str()).collect();
+        let dense_ids: Vec<&str> = dense.iter().map(|h| h.chunk.chunk_id.as_str()).collect();
+        let fused = rrf(
+            &[
+                Ranked {
+                    weight: weights.0,
+                    items: &lexical_ids,
+                },
+                Ranked {
+                    weight: weights.1,
+                    items: &dense_ids,
+                },
+            ],
+            self.settings.rrf_k,
+        );
+        let definition = is_definition_question(query);
+        let find = |id: &str| {
+            lexical
+                .iter()
+                .chain(dense)
+                .find(|h| h.chunk.chunk_id == id)
+                .map(|h| h.chunk.clone())
+        };
+        let mut scored: Vec<Scored> = fused
+            .into_iter()
+            .filter_map(|(id, score)| {
+                let chunk = find(id)?;
+                let boost = if definition {
+                    self.boost(chunk.doc_type)
+                } else {
+                    1.0
+                };
+                Some(Scored {
+                    chunk,
+                    score: score * boost,
+                })
+            })
+            .collect();
+        scored.sort_by(|a, b| b.score.total_cmp(&a.score));
+        let mut seen_text = HashSet::new();
+        scored.retain(|s| seen_text.insert(s.chunk.text.trim().to_string()));
+        scored.truncate(self.settings.top_k);
+        scored
+    }
+
+    fn boost(&self, doc_type: DocType) -> f32 {
+        match doc_type {
+            DocType::Spec => self.settings.spec_boost,
+            DocType::Narrative => self.settings.narrative_boost,
+            DocType::CodeExample => self.settings.code_example_boost,
+            DocType::Code => self.settings.code_boost,
+        }
+    }
+}
+
+/// "What is …", "define …", "qué es …": questions that want a definition, which
+/// specifications and prose answer better than raw code.
+pub fn is_definition_question(query: &str) -> bool {
+    let q = query.to_lowercase();
+    let q = q.trim_start_matches(['¿', ' ']);
+    [
+        "what is",
+        "what's",
+        "what are",
+        "what does",
+        "define",
+        "definition",
+        "meaning of",
+        "explain",
+        "qué es",
+        "que es",
+        "qué son",
+        "que son",
+        "qué significa",
+        "que significa",
+        "definición",
+        "definicion",
+        "explica",
+        "para qué sirve",
+        "para que sirve",
+    ]
+    .iter()
+    .any(|p| q.starts_with(p) || q.contains(&format!(" {p} ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn definition_questions() {
+        assert!(is_definition_question("What is a closure?"));
+        assert!(is_definition_question("¿Qué es un endpoint?"));
+        assert!(is_definition_question("explica el bucle"));
+        assert!(!is_definition_question("write a function that adds"));
+        assert!(!is_definition_question("getUserName"));
+    }
+}
