@@ -44,6 +44,19 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// The gateway binary cargo built next to this benchmark (target/<profile>/).
+fn gateway_binary() -> std::path::PathBuf {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_assist-gateway") {
+        return path.into();
+    }
+    let exe = std::env::current_exe().expect("the benchmark's own path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    profile_dir.join("assist-gateway")
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -54,7 +67,7 @@ fn free_port() -> u16 {
 
 async fn start_gateway(upstream: &ScriptedUpstream) -> GatewayProcess {
     let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_assist-gateway"))
+    let child = Command::new(gateway_binary())
         .arg("serve")
         .env("ASSIST__SERVER__ADDR", format!("127.0.0.1:{port}"))
         .env("ASSIST__LLM__PROVIDER", "openai")

@@ -7,15 +7,22 @@ use std::time::Duration;
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
+use std::path::{Path, PathBuf};
+
 use crate::config::Settings;
-use crate::llm;
+use crate::llm::{self, Embedder};
 use crate::pipeline::{Pipeline, PipelineConfig};
+use crate::retrieval::edge::EdgeStore;
+use crate::retrieval::hybrid::Retriever;
+use crate::retrieval::lexical::TantivyIndex;
+use crate::retrieval::{Lang, LexicalIndex, VectorStore};
 
 /// What every request handler shares.
 #[derive(Clone)]
 pub struct AppState {
     pub settings: Arc<Settings>,
     pub pipeline: Arc<Pipeline>,
+    pub retriever: Arc<Retriever>,
     pub started: chrono::DateTime<chrono::Utc>,
 }
 
@@ -26,7 +33,59 @@ impl AppState {
     }
 }
 
-/// Builds the state: the upstream adapter and the pipeline around it.
+/// The knowledge indexes: BM25 always, vectors when an embedder is configured.
+pub struct Knowledge {
+    pub lexical: Arc<dyn LexicalIndex>,
+    pub dense: Option<(Arc<dyn Embedder>, Arc<dyn VectorStore>)>,
+}
+
+/// Where `ingest` writes and the gateway reads the indexes.
+pub fn index_dir(settings: &Settings) -> PathBuf {
+    settings.data_dir.join("index")
+}
+
+/// Opens the indexes in `dir`: writable for `ingest`, read-only for serving.
+pub fn open_knowledge(
+    settings: &Settings,
+    dir: &Path,
+    writable: bool,
+) -> anyhow::Result<Knowledge> {
+    let lexical_dir = dir.join("lexical");
+    let lexical = if writable {
+        TantivyIndex::open(&lexical_dir)?
+    } else {
+        TantivyIndex::open_read_only(&lexical_dir)?
+    };
+    let dense = match llm::embedder_from_settings(&settings.embeddings, &settings.llm)? {
+        None => None,
+        Some(embedder) => {
+            let store: Arc<dyn VectorStore> = Arc::new(EdgeStore::open(&dir.join("vectors"))?);
+            Some((embedder, store))
+        }
+    };
+    Ok(Knowledge {
+        lexical: Arc::new(lexical),
+        dense,
+    })
+}
+
+/// The hybrid retriever over opened indexes.
+pub fn retriever(settings: &Settings, knowledge: Knowledge) -> Retriever {
+    let langs = settings
+        .embeddings
+        .languages
+        .iter()
+        .filter_map(|l| Lang::from_code(l))
+        .collect();
+    Retriever::new(
+        knowledge.lexical,
+        knowledge.dense,
+        settings.retrieval.clone(),
+        langs,
+    )
+}
+
+/// Builds the state: the upstream adapter, the pipeline, the knowledge indexes.
 pub fn build(settings: Settings) -> anyhow::Result<AppState> {
     let chat = llm::from_settings(&settings.llm)?;
     let pipeline = Pipeline::new(
@@ -39,7 +98,10 @@ pub fn build(settings: Settings) -> anyhow::Result<AppState> {
             context_tokens: settings.assistant.context_tokens,
         },
     );
+    let knowledge = open_knowledge(&settings, &index_dir(&settings), false)?;
+    let retriever = retriever(&settings, knowledge);
     Ok(AppState {
+        retriever: Arc::new(retriever),
         settings: Arc::new(settings),
         pipeline: Arc::new(pipeline),
         started: chrono::Utc::now(),

@@ -9,6 +9,7 @@
 pub mod app;
 pub mod config;
 pub mod error;
+pub mod eval;
 pub mod http;
 pub mod ingest;
 pub mod llm;

@@ -27,36 +27,183 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// Index documents and code into the knowledge base under data_dir (incremental).
+    Ingest {
+        /// Files and folders to index (.gitignore is respected).
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<PathBuf>,
+        /// Start from an empty index (built aside, swapped in when complete).
+        #[arg(long)]
+        rebuild: bool,
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Measure retrieval or answers on a labelled dataset.
+    Eval {
+        #[command(subcommand)]
+        what: EvalCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum EvalCommand {
+    /// recall@k, MRR@10 and nDCG@10 for BM25, vectors and hybrid, side by side.
+    Retrieval {
+        /// JSON lines: {"query", "relevant": [chunk ids or source files], "lang"?}.
+        #[arg(long, value_name = "FILE.jsonl")]
+        dataset: PathBuf,
+        /// The k of recall@k.
+        #[arg(long, default_value_t = 8)]
+        k: usize,
+        /// Also write the table as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+}
+
+impl Command {
+    fn config(&self) -> Option<&std::path::Path> {
+        match self {
+            Command::Serve { config }
+            | Command::Ingest { config, .. }
+            | Command::Eval {
+                what: EvalCommand::Retrieval { config, .. },
+            } => config.as_deref(),
+        }
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Serve { config } => {
-            let settings = match Settings::load(config.as_deref()) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("assist-gateway: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            init_logging(&settings);
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("assist-gateway: cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match runtime.block_on(serve(settings)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("assist-gateway: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+    let settings = match Settings::load(cli.command.config()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("assist-gateway: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&settings);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("assist-gateway: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve { .. } => serve(settings).await,
+            Command::Ingest { paths, rebuild, .. } => ingest(settings, paths, rebuild).await,
+            Command::Eval {
+                what:
+                    EvalCommand::Retrieval {
+                        dataset, k, json, ..
+                    },
+            } => eval_retrieval(settings, dataset, k, json).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("assist-gateway: {e:#}");
+            ExitCode::FAILURE
         }
     }
+}
+
+async fn ingest(settings: Settings, paths: Vec<PathBuf>, rebuild: bool) -> anyhow::Result<()> {
+    use assist_gateway::app;
+    use assist_gateway::ingest::{chunk::ChunkConfig, Bar, DenseSink, Ingestor};
+    let started = std::time::Instant::now();
+    let live = app::index_dir(&settings);
+    // A rebuild is written aside and swapped in only when complete.
+    let target = if rebuild {
+        live.with_extension("rebuild")
+    } else {
+        live.clone()
+    };
+    if rebuild && target.exists() {
+        std::fs::remove_dir_all(&target)?;
+    }
+    std::fs::create_dir_all(&target)?;
+    let summary = {
+        let knowledge = app::open_knowledge(&settings, &target, true)?;
+        let ingestor = Ingestor {
+            lexical: knowledge.lexical,
+            dense: knowledge
+                .dense
+                .map(|(embedder, store)| DenseSink { embedder, store }),
+            chunking: ChunkConfig {
+                max_chars: settings.ingest.chunk_chars,
+                overlap_chars: settings.ingest.overlap_chars,
+            },
+            max_file_bytes: settings.ingest.max_file_bytes,
+            manifest_path: target.join("manifest.json"),
+        };
+        ingestor.run(&paths, &Bar::new()).await?
+    };
+    if rebuild {
+        let old = live.with_extension("old");
+        if live.exists() {
+            std::fs::rename(&live, &old)?;
+        }
+        std::fs::rename(&target, &live)?;
+        if old.exists() {
+            std::fs::remove_dir_all(&old)?;
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "ingested {} files ({} unchanged, {} removed, {} skipped): {} chunks written, {} in the index, {:.1} s ({:.0} chunks/s)",
+        summary.files_indexed,
+        summary.files_unchanged,
+        summary.files_removed,
+        summary.skipped.len(),
+        summary.chunks_written,
+        summary.chunks_total,
+        secs,
+        summary.chunks_written as f64 / secs.max(1e-3)
+    );
+    let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
+    for (_, why) in &summary.skipped {
+        *reasons.entry(why.as_str()).or_default() += 1;
+    }
+    for (why, n) in reasons {
+        println!("  skipped {n}: {why}");
+    }
+    println!("index: {}", live.display());
+    Ok(())
+}
+
+async fn eval_retrieval(
+    settings: Settings,
+    dataset: PathBuf,
+    k: usize,
+    json: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    use assist_gateway::app;
+    use assist_gateway::eval::retrieval::{evaluate, load_dataset, table};
+    use assist_gateway::retrieval::hybrid::Mode;
+    let cases = load_dataset(&dataset)?;
+    let knowledge = app::open_knowledge(&settings, &app::index_dir(&settings), false)?;
+    let has_vectors = knowledge.dense.is_some();
+    let retriever = app::retriever(&settings, knowledge);
+    let modes: &[Mode] = if has_vectors {
+        &[Mode::Lexical, Mode::Dense, Mode::Hybrid]
+    } else {
+        &[Mode::Lexical]
+    };
+    let scores = evaluate(&retriever, &cases, k, modes).await?;
+    print!("{}", table(&scores, k));
+    if !has_vectors {
+        println!("(embeddings.provider = \"none\": vectors and hybrid not evaluated)");
+    }
+    if let Some(path) = json {
+        std::fs::write(&path, serde_json::to_vec_pretty(&scores)?)?;
+    }
+    Ok(())
 }
 
 async fn serve(settings: Settings) -> anyhow::Result<()> {

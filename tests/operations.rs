@@ -19,7 +19,16 @@ async fn health_and_readiness() {
     assert!(v.as_str().unwrap().contains("running"), "{v}");
     let (status, v) = get_json(&gw.url("/ready")).await;
     assert_eq!(status, 200, "{v}");
-    assert_eq!(v["status"], "ok");
+    // Nothing ingested yet: serving, but without knowledge.
+    assert_eq!(v["status"], "degraded");
+    assert!(
+        v["checks"]["lexical_index"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("ingest"),
+        "{v}"
+    );
+    assert_eq!(v["checks"]["vectors"]["status"], "disabled");
     assert_eq!(v["checks"]["upstream"]["status"], "ok");
     assert_eq!(v["checks"]["upstream"]["url"], up.root());
 

@@ -16,7 +16,8 @@ pub(crate) async fn health() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
-/// Readiness: the state of each dependency. 200 when all are usable, 503 when not.
+/// Readiness: the state of each dependency: `ok`, `degraded` (serving, with less) or
+/// `down` (503: the upstream does not answer).
 pub(crate) async fn ready(State(state): State<AppState>) -> Response {
     let url = state.pipeline.upstream_url().to_string();
     let check = tokio::time::timeout(READY_TIMEOUT, state.pipeline.upstream_ready()).await;
@@ -26,12 +27,20 @@ pub(crate) async fn ready(State(state): State<AppState>) -> Response {
         Err(_) => json!({"status": "down", "url": url,
             "reason": format!("upstream {url} did not answer within {} s", READY_TIMEOUT.as_secs())}),
     };
-    let ok = upstream["status"] == "ok";
+    let (lexical, vectors) = state.retriever.readiness().await;
+    let up = upstream["status"] == "ok";
+    let degraded = lexical["status"] != "ok" || vectors["status"] == "degraded";
+    let overall = match (up, degraded) {
+        (false, _) => "down",
+        (true, true) => "degraded",
+        (true, false) => "ok",
+    };
     let body = json!({
-        "status": if ok { "ok" } else { "down" },
-        "checks": {"upstream": upstream},
+        "status": overall,
+        "checks": {"upstream": upstream, "lexical_index": lexical, "vectors": vectors},
     });
-    let status = if ok {
+    // Degraded still serves (BM25 answers alone); only a missing upstream is not ready.
+    let status = if up {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

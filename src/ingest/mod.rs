@@ -1,3 +1,369 @@
-//! Ingestion: files and folders in, knowledge chunks out, written to the indexes.
+//! Ingestion: files and folders in, knowledge chunks out, written to the lexical index
+//! and (with an embedder) the vector store.
+//!
+//! Incremental: a manifest remembers each file's content hash, so a second run only
+//! re-processes changed files and removes the chunks of deleted ones. Files are written
+//! in batches and the manifest is saved after each committed batch, so an interrupted
+//! run leaves a usable index and the next run picks up where it stopped.
 
 pub mod chunk;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{anyhow, Context};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::llm::Embedder;
+use crate::retrieval::{KnowledgeChunk, LexicalIndex, VectorPoint, VectorStore};
+use chunk::ChunkConfig;
+
+/// Files written per committed batch.
+const FILES_PER_BATCH: usize = 32;
+
+/// What the last runs indexed: file → content hash, plus what made the vectors.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Manifest {
+    pub files: BTreeMap<String, FileEntry>,
+    /// The embedder that made the stored vectors (`None`: no vectors).
+    pub embedder: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FileEntry {
+    pub sha256: String,
+    pub chunks: usize,
+    /// The root it was found under (deletions are only decided within the same roots).
+    pub root: String,
+}
+
+impl Manifest {
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .with_context(|| format!("{} is not an ingest manifest", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+        }
+    }
+
+    /// Writes atomically (temp file, then rename).
+    pub fn save(&self, path: &Path) -> anyhow::Result<()> {
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        std::fs::rename(&tmp, path)?;
+        Ok(())
+    }
+}
+
+/// Files passed over: (file, reason).
+pub type Skipped = Vec<(String, String)>;
+
+/// The end-of-run summary.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub files_seen: usize,
+    pub files_indexed: usize,
+    pub files_unchanged: usize,
+    pub files_removed: usize,
+    pub chunks_written: usize,
+    pub chunks_total: usize,
+    pub skipped: Skipped,
+}
+
+/// Where the dense half goes, when there is one.
+pub struct DenseSink {
+    pub embedder: Arc<dyn Embedder>,
+    pub store: Arc<dyn VectorStore>,
+}
+
+pub struct Ingestor {
+    pub lexical: Arc<dyn LexicalIndex>,
+    pub dense: Option<DenseSink>,
+    pub chunking: ChunkConfig,
+    pub max_file_bytes: u64,
+    pub manifest_path: PathBuf,
+}
+
+/// A file found by the walk.
+struct Found {
+    key: String,
+    path: PathBuf,
+    root: String,
+}
+
+impl Ingestor {
+    /// Ingests `roots`. `progress` is told the number of files to process, then each
+    /// file as it is done.
+    pub async fn run(&self, roots: &[PathBuf], progress: &dyn Progress) -> anyhow::Result<Summary> {
+        let mut manifest = Manifest::load(&self.manifest_path)?;
+        let embedder_name = self.dense.as_ref().map(|d| d.embedder.describe());
+        if manifest.embedder != embedder_name && !manifest.files.is_empty() {
+            tracing::warn!(
+                before = ?manifest.embedder,
+                now = ?embedder_name,
+                "the embedder changed: every file is re-indexed"
+            );
+            manifest.files.clear();
+        }
+        manifest.embedder = embedder_name;
+
+        let mut summary = Summary::default();
+        let (found, skipped) = walk(roots, self.max_file_bytes)?;
+        summary.skipped = skipped;
+        summary.files_seen = found.len();
+        let root_names: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+
+        // Deleted: known under these roots, not found now.
+        let present: std::collections::HashSet<&str> =
+            found.iter().map(|f| f.key.as_str()).collect();
+        let deleted: Vec<String> = manifest
+            .files
+            .iter()
+            .filter(|(k, e)| root_names.contains(&e.root) && !present.contains(k.as_str()))
+            .map(|(k, _)| k.clone())
+            .collect();
+
+        // Changed or new: read, hash, compare.
+        let mut todo = Vec::new();
+        for f in found {
+            let bytes = match std::fs::read(&f.path) {
+                Ok(b) => b,
+                Err(e) => {
+                    summary.skipped.push((f.key, format!("unreadable: {e}")));
+                    continue;
+                }
+            };
+            let text = match String::from_utf8(bytes) {
+                Ok(t) if !t.contains('\0') => t,
+                _ => {
+                    tracing::warn!(file = %f.key, "skipped: binary or not UTF-8");
+                    summary.skipped.push((f.key, "binary or not UTF-8".into()));
+                    continue;
+                }
+            };
+            let sha = hex(&Sha256::digest(text.as_bytes()));
+            if manifest.files.get(&f.key).is_some_and(|e| e.sha256 == sha) {
+                summary.files_unchanged += 1;
+                continue;
+            }
+            todo.push((f, text, sha));
+        }
+
+        progress.start(todo.len() as u64 + deleted.len() as u64);
+        if !deleted.is_empty() {
+            self.lexical.remove_files(&deleted)?;
+            if let Some(d) = &self.dense {
+                d.store.remove_files(&deleted).await?;
+            }
+            for k in &deleted {
+                manifest.files.remove(k);
+            }
+            manifest.save(&self.manifest_path)?;
+            summary.files_removed = deleted.len();
+            progress.advance(deleted.len() as u64, 0);
+        }
+
+        for batch in todo.chunks(FILES_PER_BATCH) {
+            let files: Vec<(String, Vec<KnowledgeChunk>)> = batch
+                .iter()
+                .map(|(f, text, _)| {
+                    (
+                        f.key.clone(),
+                        chunk::chunk_file(&f.key, text, &self.chunking),
+                    )
+                })
+                .collect();
+            let n_chunks: usize = files.iter().map(|(_, c)| c.len()).sum();
+            if let Some(d) = &self.dense {
+                self.write_vectors(d, &files).await?;
+            }
+            self.lexical.replace_files(&files)?;
+            for ((f, _, sha), (_, chunks)) in batch.iter().zip(&files) {
+                manifest.files.insert(
+                    f.key.clone(),
+                    FileEntry {
+                        sha256: sha.clone(),
+                        chunks: chunks.len(),
+                        root: f.root.clone(),
+                    },
+                );
+            }
+            manifest.save(&self.manifest_path)?;
+            summary.files_indexed += batch.len();
+            summary.chunks_written += n_chunks;
+            progress.advance(batch.len() as u64, n_chunks as u64);
+        }
+        if let Some(d) = &self.dense {
+            if summary.files_indexed > 0 {
+                d.store.optimize().await?;
+            }
+        }
+        summary.chunks_total = manifest.files.values().map(|e| e.chunks).sum();
+        progress.finish();
+        Ok(summary)
+    }
+
+    async fn write_vectors(
+        &self,
+        dense: &DenseSink,
+        files: &[(String, Vec<KnowledgeChunk>)],
+    ) -> anyhow::Result<()> {
+        let chunks: Vec<&KnowledgeChunk> = files.iter().flat_map(|(_, c)| c).collect();
+        let keys: Vec<String> = files.iter().map(|(k, _)| k.clone()).collect();
+        dense.store.remove_files(&keys).await?;
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        let texts: Vec<String> = chunks.iter().map(|c| embedding_text(c)).collect();
+        let vectors = dense
+            .embedder
+            .embed(&texts)
+            .await
+            .map_err(|e| anyhow!("embedding failed: {e}"))?;
+        let dimension = vectors.first().map_or(0, Vec::len);
+        dense.store.ensure_collection(dimension).await?;
+        let points = chunks
+            .into_iter()
+            .zip(vectors)
+            .map(|(c, vector)| VectorPoint {
+                chunk: c.clone(),
+                vector,
+            })
+            .collect();
+        dense.store.upsert(points).await
+    }
+}
+
+/// What is embedded for a chunk: its section path, then its text.
+fn embedding_text(c: &KnowledgeChunk) -> String {
+    if c.section.is_empty() {
+        c.text.clone()
+    } else {
+        format!("{}\n{}", c.section, c.text)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every knowledge file under the roots (respecting .gitignore and .ignore, skipping
+/// hidden files), keyed by its path relative to its root; and what was skipped, why.
+fn walk(roots: &[PathBuf], max_bytes: u64) -> anyhow::Result<(Vec<Found>, Skipped)> {
+    let mut found = Vec::new();
+    let mut skipped = Vec::new();
+    for root in roots {
+        if !root.exists() {
+            return Err(anyhow!("{} does not exist", root.display()));
+        }
+        let root_name = root.display().to_string();
+        let walker = ignore::WalkBuilder::new(root)
+            .require_git(false)
+            .sort_by_file_name(|a, b| a.cmp(b))
+            .build();
+        for entry in walker {
+            let entry = entry?;
+            if !entry.file_type().is_some_and(|t| t.is_file()) {
+                continue;
+            }
+            let path = entry.path();
+            let key = if root.is_file() {
+                path.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            } else {
+                path.strip_prefix(root)
+                    .unwrap_or(path)
+                    .to_string_lossy()
+                    .replace('\\', "/")
+            };
+            if chunk::kind_of(&key).is_none() {
+                skipped.push((key, "not a document or source file".into()));
+                continue;
+            }
+            let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
+            if size > max_bytes {
+                tracing::warn!(file = %key, size, limit = max_bytes, "skipped: larger than ingest.max_file_bytes");
+                skipped.push((key, format!("{size} bytes, over ingest.max_file_bytes")));
+                continue;
+            }
+            found.push(Found {
+                key,
+                path: path.to_path_buf(),
+                root: root_name.clone(),
+            });
+        }
+    }
+    Ok((found, skipped))
+}
+
+/// Where progress goes (a terminal bar, or nothing).
+pub trait Progress: Send + Sync {
+    fn start(&self, files: u64);
+    fn advance(&self, files: u64, chunks: u64);
+    fn finish(&self);
+}
+
+/// No progress output.
+pub struct Quiet;
+
+impl Progress for Quiet {
+    fn start(&self, _: u64) {}
+    fn advance(&self, _: u64, _: u64) {}
+    fn finish(&self) {}
+}
+
+/// A progress bar on the terminal: files done of total, chunks, rate and ETA.
+pub struct Bar {
+    bar: indicatif::ProgressBar,
+    chunks: std::sync::atomic::AtomicU64,
+    started: Instant,
+}
+
+impl Bar {
+    pub fn new() -> Self {
+        Self {
+            bar: indicatif::ProgressBar::hidden(),
+            chunks: Default::default(),
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Default for Bar {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Progress for Bar {
+    fn start(&self, files: u64) {
+        self.bar.set_length(files);
+        self.bar
+            .set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} files ({per_sec}, eta {eta}) {msg}",
+        ) {
+            self.bar.set_style(style);
+        }
+    }
+
+    fn advance(&self, files: u64, chunks: u64) {
+        let total = self
+            .chunks
+            .fetch_add(chunks, std::sync::atomic::Ordering::Relaxed)
+            + chunks;
+        let rate = total as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
+        self.bar
+            .set_message(format!("{total} chunks, {rate:.0} chunks/s"));
+        self.bar.inc(files);
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}

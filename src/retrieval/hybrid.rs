@@ -68,6 +68,47 @@ impl Retriever {
         }
     }
 
+    /// Each index's state for `/ready`: (lexical, vectors), as JSON objects with a
+    /// `status` of `ok`, `degraded` or `disabled` and a reason when not ok.
+    pub async fn readiness(&self) -> (serde_json::Value, serde_json::Value) {
+        use serde_json::json;
+        let index = self.lexical.clone();
+        let lexical = match tokio::task::spawn_blocking(move || index.len()).await {
+            Ok(Ok(0)) => {
+                json!({"status": "degraded", "chunks": 0, "reason": "the knowledge base is empty: run `assist-gateway ingest PATH`"})
+            }
+            Ok(Ok(n)) => json!({"status": "ok", "chunks": n}),
+            Ok(Err(e)) => json!({"status": "degraded", "reason": format!("{e:#}")}),
+            Err(e) => json!({"status": "degraded", "reason": e.to_string()}),
+        };
+        // Probe the embedder, so readiness does not wait for a search to fail.
+        if let Some((embedder, _)) = &self.dense {
+            match embedder.embed(&["readiness probe".to_string()]).await {
+                Ok(_) => self.recover(),
+                Err(e) => self.degrade(format!("embedder {}: {e}", embedder.describe())),
+            }
+        }
+        let vectors = match &self.dense {
+            None => {
+                json!({"status": "disabled", "reason": "embeddings.provider = \"none\": BM25 only"})
+            }
+            Some((embedder, store)) => match (self.dense_state(), store.count().await) {
+                (DenseState::Degraded(reason), _) => {
+                    json!({"status": "degraded", "embedder": embedder.describe(), "reason": reason})
+                }
+                (_, Ok(0)) => {
+                    json!({"status": "degraded", "embedder": embedder.describe(), "points": 0,
+                                     "reason": "the vector store is empty: run `assist-gateway ingest PATH`"})
+                }
+                (_, Ok(n)) => json!({"status": "ok", "embedder": embedder.describe(), "points": n}),
+                (_, Err(e)) => {
+                    json!({"status": "degraded", "embedder": embedder.describe(), "reason": format!("{e:#}")})
+                }
+            },
+        };
+        (lexical, vectors)
+    }
+
     /// Records a dense failure; logs it the first time (and when the reason changes).
     fn degrade(&self, reason: String) {
         if let Ok(mut d) = self.degraded.lock() {
@@ -86,10 +127,20 @@ impl Retriever {
         }
     }
 
-    /// The best `top_k` chunks for `query`.
+    /// The best `retrieval.top_k` chunks for `query`.
     pub async fn search(&self, query: &str, mode: Mode) -> anyhow::Result<Vec<Scored>> {
+        self.search_top(query, mode, self.settings.top_k).await
+    }
+
+    /// The best `top` chunks for `query`.
+    pub async fn search_top(
+        &self,
+        query: &str,
+        mode: Mode,
+        top: usize,
+    ) -> anyhow::Result<Vec<Scored>> {
         let lang = Lang::detect(query);
-        let n = self.settings.candidates;
+        let n = self.settings.candidates.max(top);
         let lexical = if mode == Mode::Dense {
             Vec::new()
         } else {
@@ -112,7 +163,7 @@ impl Retriever {
             Mode::Lexical => (1.0, 0.0),
             Mode::Dense => (0.0, 1.0),
         };
-        Ok(self.fuse(query, &lexical, &dense, weights))
+        Ok(self.fuse(query, &lexical, &dense, weights, top))
     }
 
     async fn dense_hits(&self, query: &str, n: usize) -> Vec<Hit> {
@@ -149,6 +200,7 @@ impl Retriever {
         lexical: &[Hit],
         dense: &[Hit],
         weights: (f32, f32),
+        top: usize,
     ) -> Vec<Scored> {
         let lexical_ids: Vec<&str> = lexical.iter().map(|h| h.chunk.chunk_id.as_str()).collect();
         let dense_ids: Vec<&str> = dense.iter().map(|h| h.chunk.chunk_id.as_str()).collect();
@@ -191,7 +243,7 @@ impl Retriever {
         scored.sort_by(|a, b| b.score.total_cmp(&a.score));
         let mut seen_text = HashSet::new();
         scored.retain(|s| seen_text.insert(s.chunk.text.trim().to_string()));
-        scored.truncate(self.settings.top_k);
+        scored.truncate(top);
         scored
     }
 

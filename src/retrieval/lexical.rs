@@ -34,6 +34,8 @@ const WRITER_BUDGET: usize = 64 * 1024 * 1024;
 const BODY_BOOST: f32 = 1.0;
 const SECTION_BOOST: f32 = 1.5;
 const CODE_BOOST: f32 = 0.8;
+/// A whole identifier spelled out in the query ("get user name" → getUserName).
+const IDENTIFIER_BOOST: f32 = 2.0;
 
 #[derive(Clone, Copy)]
 struct Fields {
@@ -51,7 +53,8 @@ struct Fields {
 pub struct TantivyIndex {
     index: Index,
     reader: IndexReader,
-    writer: Mutex<IndexWriter<TantivyDocument>>,
+    /// `None` when opened for reading only (the gateway, while `ingest` writes).
+    writer: Option<Mutex<IndexWriter<TantivyDocument>>>,
     fields: Fields,
 }
 
@@ -109,6 +112,26 @@ fn register_analyzers(index: &Index) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs of 2 or 3 adjacent query words glued together and lowercased, as an identifier
+/// made of them would be indexed in the code field.
+fn joined_words(query: &str) -> Vec<String> {
+    let words: Vec<String> = query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    let mut out = Vec::new();
+    for n in 2..=3 {
+        for w in words.windows(n) {
+            let joined = w.concat();
+            if !out.contains(&joined) {
+                out.push(joined);
+            }
+        }
+    }
+    out
+}
+
 /// Adds the parts of every compound identifier after it: `getUserName` →
 /// `getUserName get User Name`, `MAX_RETRIES` → `MAX_RETRIES MAX RETRIES`.
 pub fn split_identifiers(text: &str) -> String {
@@ -162,35 +185,53 @@ fn identifier_parts(word: &str) -> Vec<&str> {
 }
 
 impl TantivyIndex {
-    /// Opens the index in `dir`, creating it (and the folder) when missing.
+    /// Opens the index in `dir` for writing, creating it (and the folder) when missing.
     pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        let index = Self::open_index(dir)?;
+        Self::with_index(index, true)
+    }
+
+    /// Opens the index in `dir` for searching only; it follows what a writer in another
+    /// process commits. Creates an empty index when there is none yet.
+    pub fn open_read_only(dir: &Path) -> anyhow::Result<Self> {
+        let index = Self::open_index(dir)?;
+        Self::with_index(index, false)
+    }
+
+    fn open_index(dir: &Path) -> anyhow::Result<Index> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the lexical index folder {}", dir.display()))?;
         let directory = MmapDirectory::open(dir)
             .with_context(|| format!("cannot open the lexical index in {}", dir.display()))?;
-        let (schema, fields) = schema();
-        let index = Index::open_or_create(directory, schema)
-            .with_context(|| format!("the lexical index in {} is unusable", dir.display()))?;
-        Self::with_index(index, fields)
+        let (schema, _) = schema();
+        Index::open_or_create(directory, schema)
+            .with_context(|| format!("the lexical index in {} is unusable", dir.display()))
     }
 
     /// An index that lives in memory only (tests, tools).
     pub fn in_memory() -> anyhow::Result<Self> {
-        let (schema, fields) = schema();
-        Self::with_index(Index::create_in_ram(schema), fields)
+        let (schema, _) = schema();
+        Self::with_index(Index::create_in_ram(schema), true)
     }
 
-    fn with_index(index: Index, fields: Fields) -> anyhow::Result<Self> {
+    fn with_index(index: Index, writable: bool) -> anyhow::Result<Self> {
         register_analyzers(&index)?;
-        let writer = index.writer(WRITER_BUDGET)?;
-        let reader = index
-            .reader_builder()
-            .reload_policy(ReloadPolicy::Manual)
-            .try_into()?;
+        let (_, fields) = schema();
+        let writer = if writable {
+            Some(Mutex::new(index.writer(WRITER_BUDGET)?))
+        } else {
+            None
+        };
+        let policy = if writable {
+            ReloadPolicy::Manual
+        } else {
+            ReloadPolicy::OnCommitWithDelay
+        };
+        let reader = index.reader_builder().reload_policy(policy).try_into()?;
         Ok(Self {
             index,
             reader,
-            writer: Mutex::new(writer),
+            writer,
             fields,
         })
     }
@@ -220,6 +261,8 @@ impl TantivyIndex {
     ) -> anyhow::Result<()> {
         let mut writer = self
             .writer
+            .as_ref()
+            .ok_or_else(|| anyhow!("the lexical index is open for reading only"))?
             .lock()
             .map_err(|_| anyhow!("the lexical index writer was poisoned by a panic"))?;
         if let Err(e) = change(&mut writer) {
@@ -293,6 +336,17 @@ impl LexicalIndex for TantivyIndex {
                 let q = TermQuery::new(term, IndexRecordOption::WithFreqs);
                 clauses.push((Occur::Should, Box::new(BoostQuery::new(Box::new(q), boost))));
             }
+        }
+        // Words written apart may name one identifier: "get user name" → getusername.
+        for joined in joined_words(query) {
+            let q = TermQuery::new(
+                Term::from_field_text(f.code, &joined),
+                IndexRecordOption::WithFreqs,
+            );
+            clauses.push((
+                Occur::Should,
+                Box::new(BoostQuery::new(Box::new(q), IDENTIFIER_BOOST)),
+            ));
         }
         if clauses.is_empty() || top_n == 0 {
             return Ok(Vec::new());

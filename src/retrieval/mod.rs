@@ -2,6 +2,7 @@
 //! rank fusion. The dense-vector store and the hybrid retriever that fuses both lists
 //! join here (issue 3); ingestion fills the indexes.
 
+pub mod edge;
 pub mod fusion;
 pub mod hybrid;
 pub mod lang;

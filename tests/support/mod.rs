@@ -602,6 +602,8 @@ impl Writer {
 /// A gateway on 127.0.0.1:0 in front of `upstream`, with settings adjusted by `tweak`.
 pub struct Gateway {
     pub addr: SocketAddr,
+    /// The gateway's data_dir, removed with it.
+    _data: Option<tempfile::TempDir>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -622,9 +624,13 @@ impl Gateway {
         settings.llm.connect_timeout_secs = 2;
         settings.llm.first_byte_timeout_secs = 5;
         settings.server.shutdown_grace_secs = 5;
+        let data = tempfile::tempdir().unwrap();
+        settings.data_dir = data.path().to_path_buf();
         tweak(&mut settings);
         settings.validate().expect("test settings are valid");
-        Self::with_settings(settings).await
+        let mut gateway = Self::with_settings(settings).await;
+        gateway._data = Some(data);
+        gateway
     }
 
     pub async fn with_settings(settings: Settings) -> Self {
@@ -637,6 +643,7 @@ impl Gateway {
         }));
         Self {
             addr,
+            _data: None,
             stop: Some(stop),
             task,
         }
@@ -651,7 +658,7 @@ impl Gateway {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let (_, task) = (self.stop, self.task);
+        let Gateway { task, .. } = self;
         task
     }
 }

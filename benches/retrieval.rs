@@ -1,0 +1,231 @@
+//! Retrieval benchmark: `cargo bench --bench retrieval`.
+//!
+//! Builds a synthetic knowledge base of N chunks (English-like text from a fixed
+//! vocabulary, 384-dimensional vectors) in the real tantivy index and the real embedded
+//! Qdrant engine, in a temporary folder, then reports ingestion throughput (indexing
+//! only: no embedding model) and search latency p50/p99 for BM25, vectors and the fused
+//! hybrid, excluding the query embedding.
+//!
+//! Environment: BENCH_CHUNKS (comma-separated sizes, default "10000,100000"),
+//! BENCH_QUERIES (default 300).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use assist_gateway::config::Settings;
+use assist_gateway::retrieval::edge::EdgeStore;
+use assist_gateway::retrieval::fusion::{rrf, Ranked};
+use assist_gateway::retrieval::lexical::TantivyIndex;
+use assist_gateway::retrieval::{
+    DocType, KnowledgeChunk, Lang, LexicalIndex, VectorPoint, VectorStore,
+};
+
+const DIM: usize = 384;
+const WORDS: &[&str] = &[
+    "endpoint",
+    "register",
+    "param",
+    "result",
+    "handler",
+    "route",
+    "query",
+    "database",
+    "select",
+    "insert",
+    "update",
+    "delete",
+    "transaction",
+    "error",
+    "retry",
+    "timeout",
+    "task",
+    "channel",
+    "spawn",
+    "await",
+    "config",
+    "deploy",
+    "health",
+    "metric",
+    "log",
+    "token",
+    "user",
+    "order",
+    "payment",
+    "cache",
+    "index",
+    "search",
+    "vector",
+    "chunk",
+    "session",
+    "stream",
+    "request",
+    "response",
+    "header",
+    "body",
+    "status",
+    "json",
+    "schema",
+    "field",
+    "record",
+    "enum",
+    "match",
+    "loop",
+    "function",
+    "module",
+    "import",
+    "test",
+];
+
+/// A small deterministic generator (xorshift), so runs are comparable.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn unit(&mut self) -> f32 {
+        (self.next() % 20_001) as f32 / 10_000.0 - 1.0
+    }
+
+    fn words(&mut self, n: usize) -> String {
+        (0..n)
+            .map(|_| WORDS[(self.next() % WORDS.len() as u64) as usize])
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn vector(&mut self) -> Vec<f32> {
+        let v: Vec<f32> = (0..DIM).map(|_| self.unit()).collect();
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.into_iter().map(|x| x / norm).collect()
+    }
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(bench());
+}
+
+async fn bench() {
+    let sizes: Vec<usize> = std::env::var("BENCH_CHUNKS")
+        .unwrap_or_else(|_| "10000,100000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let queries: usize = std::env::var("BENCH_QUERIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let settings = Settings::load_without_env(None).unwrap();
+    let top_n = settings.retrieval.candidates;
+    println!("retrieval benchmark: {} cores, {DIM}-dim vectors, {queries} queries, {top_n} candidates per list",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0));
+    println!();
+    println!("| chunks | BM25 index s | chunks/s | vectors upsert s | HNSW build s | BM25 p50/p99 ms | vectors p50/p99 ms | hybrid p50/p99 ms |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for n in sizes {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ n as u64);
+        let chunks: Vec<KnowledgeChunk> = (0..n)
+            .map(|i| KnowledgeChunk {
+                chunk_id: format!("c{i}"),
+                source_file: format!("docs/file{}.md", i / 20),
+                start_line: 1,
+                end_line: 20,
+                doc_type: if i % 3 == 0 {
+                    DocType::Code
+                } else {
+                    DocType::Narrative
+                },
+                block_type: "section".into(),
+                section: rng.words(3),
+                language: "en".into(),
+                text: rng.words(120),
+            })
+            .collect();
+        let mut files: Vec<(String, Vec<KnowledgeChunk>)> = Vec::new();
+        for c in &chunks {
+            match files.last_mut() {
+                Some((f, v)) if *f == c.source_file => v.push(c.clone()),
+                _ => files.push((c.source_file.clone(), vec![c.clone()])),
+            }
+        }
+
+        let lexical = Arc::new(TantivyIndex::open(&dir.path().join("lexical")).unwrap());
+        let t = Instant::now();
+        for batch in files.chunks(500) {
+            lexical.replace_files(batch).unwrap();
+        }
+        let lexical_secs = t.elapsed().as_secs_f64();
+
+        let store = EdgeStore::open(&dir.path().join("vectors")).unwrap();
+        store.ensure_collection(DIM).await.unwrap();
+        let points: Vec<VectorPoint> = chunks
+            .iter()
+            .map(|c| VectorPoint {
+                chunk: c.clone(),
+                vector: rng.vector(),
+            })
+            .collect();
+        let t = Instant::now();
+        for batch in points.chunks(2000) {
+            store.upsert(batch.to_vec()).await.unwrap();
+        }
+        let upsert_secs = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        store.optimize().await.unwrap();
+        let hnsw_secs = t.elapsed().as_secs_f64();
+
+        let (mut bm25, mut dense, mut hybrid) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..queries {
+            let q = rng.words(4);
+            let v = rng.vector();
+            let t = Instant::now();
+            let l = lexical.search(&q, Lang::En, top_n).unwrap();
+            let lt = t.elapsed().as_secs_f64() * 1e3;
+            let t2 = Instant::now();
+            let d = store.search(&v, top_n, None).await.unwrap();
+            let dt = t2.elapsed().as_secs_f64() * 1e3;
+            let ids_l: Vec<&str> = l.iter().map(|h| h.chunk.chunk_id.as_str()).collect();
+            let ids_d: Vec<&str> = d.iter().map(|h| h.chunk.chunk_id.as_str()).collect();
+            let fused = rrf(
+                &[
+                    Ranked {
+                        weight: 1.0,
+                        items: &ids_l,
+                    },
+                    Ranked {
+                        weight: 1.0,
+                        items: &ids_d,
+                    },
+                ],
+                60.0,
+            );
+            assert!(!fused.is_empty());
+            bm25.push(lt);
+            dense.push(dt);
+            hybrid.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        println!(
+            "| {n} | {lexical_secs:.1} | {:.0} | {upsert_secs:.1} | {hnsw_secs:.1} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} |",
+            n as f64 / lexical_secs,
+            percentile(&mut bm25, 0.5), percentile(&mut bm25, 0.99),
+            percentile(&mut dense, 0.5), percentile(&mut dense, 0.99),
+            percentile(&mut hybrid, 0.5), percentile(&mut hybrid, 0.99),
+        );
+    }
+    println!();
+    println!("(hybrid = BM25 then vectors, sequentially, plus fusion; the query embedding is not included)");
+}

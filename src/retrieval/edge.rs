@@ -1,0 +1,261 @@
+//! The embedded Qdrant engine (`qdrant-edge`): the default vector store, persisted under
+//! `data_dir`, with the same payload and filter model as a Qdrant server.
+//!
+//! One process at a time may hold a store folder open: run `ingest` while the gateway is
+//! stopped (or restart it afterwards), or use a Qdrant server for live re-indexing.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use anyhow::{anyhow, bail, Context};
+use qdrant_edge::external::serde_json::{self as edge_json};
+use qdrant_edge::{
+    Condition, CountRequest, CreateIndex, Distance, EdgeConfig, EdgeOptimizersConfig, EdgeShard,
+    EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter, JsonPath, Match, NamedQuery,
+    PayloadFieldSchema, PayloadSchemaType, PointId, PointInsertOperations, PointOperations,
+    PointStruct, QueryEnum, QueryRequestBuilder, ScoringQuery, SearchParams, UpdateOperation,
+    VectorInternal, Vectors, WithPayloadInterface,
+};
+use sha2::{Digest, Sha256};
+
+use super::{DocType, Hit, KnowledgeChunk, VectorPoint, VectorStore};
+
+const VECTOR: &str = "dense";
+/// Filtered HNSW search loses recall with a small beam; keep it wide.
+const HNSW_EF: usize = 256;
+/// Points per update operation.
+const UPSERT_BATCH: usize = 256;
+
+pub struct EdgeStore {
+    dir: PathBuf,
+    shard: RwLock<Option<Arc<EdgeShard>>>,
+}
+
+/// A point id for a chunk id: the first 8 bytes of its SHA-256.
+fn point_id(chunk_id: &str) -> PointId {
+    let digest = Sha256::digest(chunk_id.as_bytes());
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    PointId::NumId(u64::from_be_bytes(bytes))
+}
+
+fn keyword(field: &str, value: &str) -> anyhow::Result<Filter> {
+    let key: JsonPath = field
+        .parse()
+        .map_err(|_| anyhow!("bad payload path {field}"))?;
+    Ok(Filter::new_must(Condition::Field(
+        FieldCondition::new_match(key, Match::from(value.to_string())),
+    )))
+}
+
+impl EdgeStore {
+    /// A store in `dir`; the collection is opened (or created) by `ensure_collection`,
+    /// or opened right away when it already exists.
+    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        let store = Self {
+            dir: dir.to_path_buf(),
+            shard: RwLock::new(None),
+        };
+        if dir.join("edge_config.json").exists() {
+            let shard = EdgeShard::load(dir, None)
+                .map_err(|e| anyhow!("cannot open the vector store in {}: {e}", dir.display()))?;
+            *store.shard.write().map_err(|_| anyhow!("poisoned"))? = Some(Arc::new(shard));
+        }
+        Ok(store)
+    }
+
+    fn shard(&self) -> anyhow::Result<Arc<EdgeShard>> {
+        self.shard
+            .read()
+            .map_err(|_| anyhow!("the vector store lock was poisoned"))?
+            .clone()
+            .ok_or_else(|| {
+                anyhow!(
+                    "the vector store in {} is empty: run `ingest` first",
+                    self.dir.display()
+                )
+            })
+    }
+
+    /// The dimension of the existing collection, if any.
+    fn dimension(shard: &EdgeShard) -> Option<usize> {
+        shard.config().vectors.get(VECTOR).map(|v| v.size)
+    }
+
+    /// Runs blocking shard work off the async threads.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(Arc<EdgeShard>) -> anyhow::Result<T> + Send + 'static,
+    ) -> anyhow::Result<T> {
+        let shard = self.shard()?;
+        tokio::task::spawn_blocking(move || work(shard))
+            .await
+            .map_err(|e| anyhow!("vector store task failed: {e}"))?
+    }
+}
+
+#[async_trait::async_trait]
+impl VectorStore for EdgeStore {
+    async fn ensure_collection(&self, dimension: usize) -> anyhow::Result<()> {
+        if let Ok(shard) = self.shard() {
+            return match Self::dimension(&shard) {
+                Some(d) if d == dimension => Ok(()),
+                Some(d) => bail!(
+                    "the vector store in {} holds {d}-dimensional vectors but the embedder makes {dimension}: re-ingest with --rebuild",
+                    self.dir.display()
+                ),
+                None => bail!("the vector store in {} has no '{VECTOR}' vectors", self.dir.display()),
+            };
+        }
+        let dir = self.dir.clone();
+        let shard = tokio::task::spawn_blocking(move || -> anyhow::Result<EdgeShard> {
+            std::fs::create_dir_all(&dir)?;
+            let config = EdgeConfig::builder()
+                .vector(
+                    VECTOR,
+                    EdgeVectorParams::builder(dimension, Distance::Cosine).build(),
+                )
+                .optimizers(EdgeOptimizersConfig {
+                    // Build HNSW for every segment when optimize() runs (the default waits
+                    // for 10 MB segments and searches smaller ones by full scan).
+                    indexing_threshold: Some(1),
+                    ..Default::default()
+                })
+                .build();
+            let shard = EdgeShard::new(&dir, config)
+                .map_err(|e| anyhow!("cannot create the vector store in {}: {e}", dir.display()))?;
+            for field in ["doc_type", "source_file"] {
+                shard
+                    .update(UpdateOperation::FieldIndexOperation(
+                        FieldIndexOperations::CreateIndex(CreateIndex {
+                            field_name: field.parse().map_err(|_| anyhow!("bad field {field}"))?,
+                            field_schema: Some(PayloadFieldSchema::FieldType(
+                                PayloadSchemaType::Keyword,
+                            )),
+                        }),
+                    ))
+                    .map_err(|e| anyhow!("cannot index the payload field {field}: {e}"))?;
+            }
+            Ok(shard)
+        })
+        .await??;
+        *self.shard.write().map_err(|_| anyhow!("poisoned"))? = Some(Arc::new(shard));
+        Ok(())
+    }
+
+    async fn upsert(&self, points: Vec<VectorPoint>) -> anyhow::Result<()> {
+        self.blocking(move |shard| {
+            for batch in points.chunks(UPSERT_BATCH) {
+                let structs = batch
+                    .iter()
+                    .map(|p| {
+                        let payload = edge_json::to_value(&p.chunk).context("chunk payload")?;
+                        Ok(PointStruct::new(
+                            point_id(&p.chunk.chunk_id),
+                            Vectors::new_named([(VECTOR, p.vector.clone())]),
+                            payload,
+                        )
+                        .into())
+                    })
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                shard
+                    .update(UpdateOperation::PointOperation(
+                        PointOperations::UpsertPoints(PointInsertOperations::PointsList(structs)),
+                    ))
+                    .map_err(|e| anyhow!("vector upsert failed: {e}"))?;
+            }
+            shard
+                .flush()
+                .map_err(|e| anyhow!("vector store flush failed: {e}"))
+        })
+        .await
+    }
+
+    async fn remove_files(&self, files: &[String]) -> anyhow::Result<()> {
+        if self.shard().is_err() {
+            return Ok(()); // nothing stored yet
+        }
+        let files = files.to_vec();
+        self.blocking(move |shard| {
+            for file in &files {
+                shard
+                    .update(UpdateOperation::PointOperation(
+                        PointOperations::DeletePointsByFilter(keyword("source_file", file)?),
+                    ))
+                    .map_err(|e| anyhow!("vector delete failed: {e}"))?;
+            }
+            shard
+                .flush()
+                .map_err(|e| anyhow!("vector store flush failed: {e}"))
+        })
+        .await
+    }
+
+    async fn search(
+        &self,
+        vector: &[f32],
+        top_n: usize,
+        doc_type: Option<DocType>,
+    ) -> anyhow::Result<Vec<Hit>> {
+        let vector = vector.to_vec();
+        self.blocking(move |shard| {
+            let mut request = QueryRequestBuilder::new(top_n)
+                .query(ScoringQuery::Vector(QueryEnum::Nearest(NamedQuery::new(
+                    VectorInternal::from(vector),
+                    VECTOR,
+                ))))
+                .params(SearchParams {
+                    hnsw_ef: Some(HNSW_EF),
+                    ..Default::default()
+                })
+                .with_payload(WithPayloadInterface::Bool(true));
+            if let Some(t) = doc_type {
+                request = request.filter(keyword("doc_type", t.as_str())?);
+            }
+            let points = shard
+                .query(request.build())
+                .map_err(|e| anyhow!("vector search failed: {e}"))?;
+            points
+                .into_iter()
+                .map(|p| {
+                    let payload = p
+                        .payload
+                        .ok_or_else(|| anyhow!("a vector point has no payload"))?;
+                    let chunk: KnowledgeChunk =
+                        edge_json::from_value(edge_json::Value::Object(payload.0))
+                            .context("a vector point's payload is not a chunk")?;
+                    Ok(Hit {
+                        chunk,
+                        score: p.score,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    async fn count(&self) -> anyhow::Result<u64> {
+        if self.shard().is_err() {
+            return Ok(0);
+        }
+        self.blocking(|shard| {
+            shard
+                .count(CountRequest::new())
+                .map(|n| n as u64)
+                .map_err(|e| anyhow!("vector count failed: {e}"))
+        })
+        .await
+    }
+
+    async fn optimize(&self) -> anyhow::Result<()> {
+        self.blocking(|shard| {
+            shard
+                .optimize()
+                .map_err(|e| anyhow!("building the vector index failed: {e}"))?;
+            shard
+                .flush()
+                .map_err(|e| anyhow!("vector store flush failed: {e}"))
+        })
+        .await
+    }
+}

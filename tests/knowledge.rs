@@ -1,0 +1,295 @@
+//! The knowledge base end to end, with real tantivy and the real embedded Qdrant engine
+//! in temporary folders: the vector store contract, incremental ingestion, hybrid
+//! retrieval, and BM25 carrying on alone when the embedder is down.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use assist_gateway::app::{open_knowledge, retriever};
+use assist_gateway::config::{EmbeddingProvider, Settings};
+use assist_gateway::ingest::{chunk::ChunkConfig, DenseSink, Ingestor, Quiet};
+use assist_gateway::retrieval::edge::EdgeStore;
+use assist_gateway::retrieval::hybrid::{DenseState, Mode};
+use assist_gateway::retrieval::{DocType, KnowledgeChunk, VectorPoint, VectorStore};
+use support::*;
+
+fn chunk(id: &str, file: &str, doc_type: DocType, text: &str) -> KnowledgeChunk {
+    KnowledgeChunk {
+        chunk_id: id.into(),
+        source_file: file.into(),
+        start_line: 1,
+        end_line: 1,
+        doc_type,
+        block_type: "section".into(),
+        section: String::new(),
+        language: "en".into(),
+        text: text.into(),
+    }
+}
+
+fn point(id: &str, file: &str, doc_type: DocType, vector: [f32; 3]) -> VectorPoint {
+    VectorPoint {
+        chunk: chunk(id, file, doc_type, id),
+        vector: vector.to_vec(),
+    }
+}
+
+#[tokio::test]
+async fn embedded_qdrant_store_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EdgeStore::open(dir.path()).unwrap();
+    assert_eq!(
+        store.count().await.unwrap(),
+        0,
+        "an empty folder is an empty store"
+    );
+    store.ensure_collection(3).await.unwrap();
+    store
+        .upsert(vec![
+            point("a", "a.md", DocType::Narrative, [1.0, 0.0, 0.0]),
+            point("b", "b.rs", DocType::Code, [0.9, 0.1, 0.0]),
+            point("c", "c.md", DocType::Spec, [0.0, 1.0, 0.0]),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(store.count().await.unwrap(), 3);
+    let hits = store.search(&[1.0, 0.05, 0.0], 3, None).await.unwrap();
+    let ids: Vec<&str> = hits.iter().map(|h| h.chunk.chunk_id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "c"]);
+    assert!(hits[0].score > hits[2].score);
+    assert_eq!(
+        hits[1].chunk.source_file, "b.rs",
+        "the payload comes back whole"
+    );
+    let code = store
+        .search(&[1.0, 0.0, 0.0], 3, Some(DocType::Code))
+        .await
+        .unwrap();
+    assert_eq!(
+        code.iter()
+            .map(|h| h.chunk.chunk_id.as_str())
+            .collect::<Vec<_>>(),
+        ["b"]
+    );
+    // Upsert by chunk id replaces.
+    store
+        .upsert(vec![point(
+            "a",
+            "a.md",
+            DocType::Narrative,
+            [0.0, 0.0, 1.0],
+        )])
+        .await
+        .unwrap();
+    assert_eq!(store.count().await.unwrap(), 3);
+    store.remove_files(&["b.rs".to_string()]).await.unwrap();
+    assert_eq!(store.count().await.unwrap(), 2);
+    store.optimize().await.unwrap();
+    assert!(store
+        .ensure_collection(5)
+        .await
+        .unwrap_err()
+        .to_string()
+        .contains("--rebuild"));
+    drop(store);
+    let reopened = EdgeStore::open(dir.path()).unwrap();
+    assert_eq!(reopened.count().await.unwrap(), 2, "persisted");
+    let top = reopened.search(&[0.0, 0.0, 1.0], 1, None).await.unwrap();
+    assert_eq!(top[0].chunk.chunk_id, "a");
+}
+
+/// Settings whose embedder is the scripted upstream's letter-frequency `/api/embed`.
+fn settings_with_embedder(data: &Path, embed_url: &str) -> Settings {
+    let mut s = Settings::load_without_env(None).unwrap();
+    s.data_dir = data.to_path_buf();
+    s.embeddings.provider = EmbeddingProvider::Ollama;
+    s.embeddings.base_url = embed_url.to_string();
+    s.embeddings.languages = vec!["en".into(), "es".into()];
+    s.llm.connect_timeout_secs = 1;
+    s
+}
+
+async fn ingest(
+    settings: &Settings,
+    index: &Path,
+    roots: &[PathBuf],
+) -> assist_gateway::ingest::Summary {
+    let knowledge = open_knowledge(settings, index, true).unwrap();
+    let ingestor = Ingestor {
+        lexical: knowledge.lexical,
+        dense: knowledge
+            .dense
+            .map(|(embedder, store)| DenseSink { embedder, store }),
+        chunking: ChunkConfig::default(),
+        max_file_bytes: 1 << 20,
+        manifest_path: index.join("manifest.json"),
+    };
+    ingestor.run(roots, &Quiet).await.unwrap()
+}
+
+#[tokio::test]
+async fn incremental_ingest_follows_edits_and_deletions() {
+    let up = ScriptedUpstream::start().await;
+    let data = tempfile::tempdir().unwrap();
+    let docs = tempfile::tempdir().unwrap();
+    let settings = settings_with_embedder(data.path(), &up.root());
+    let index = data.path().join("index");
+    std::fs::write(
+        docs.path().join("guide.md"),
+        "# Guide\nInstall with the installer.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        docs.path().join("notes.md"),
+        "# Notes\nShadowing rebinds a name.\n",
+    )
+    .unwrap();
+    std::fs::write(docs.path().join("logo.png"), [0u8, 1, 2]).unwrap();
+    std::fs::write(docs.path().join(".gitignore"), "secret.md\n").unwrap();
+    std::fs::write(docs.path().join("secret.md"), "# Secret\nDo not index.\n").unwrap();
+    let roots = vec![docs.path().to_path_buf()];
+
+    let first = ingest(&settings, &index, &roots).await;
+    assert_eq!(
+        (first.files_indexed, first.chunks_total),
+        (2, 2),
+        "{first:?}"
+    );
+    assert!(first.skipped.iter().any(|(f, _)| f == "logo.png"));
+    assert!(
+        !first.skipped.iter().any(|(f, _)| f == "secret.md"),
+        ".gitignore'd files are not even seen"
+    );
+    let embed_calls = up.requests().len();
+
+    let again = ingest(&settings, &index, &roots).await;
+    assert_eq!((again.files_indexed, again.files_unchanged), (0, 2));
+    assert_eq!(
+        up.requests().len(),
+        embed_calls,
+        "nothing unchanged is embedded again"
+    );
+
+    std::fs::write(
+        docs.path().join("guide.md"),
+        "# Guide\nDeploy with containers.\n",
+    )
+    .unwrap();
+    std::fs::remove_file(docs.path().join("notes.md")).unwrap();
+    let third = ingest(&settings, &index, &roots).await;
+    assert_eq!(
+        (third.files_indexed, third.files_removed, third.chunks_total),
+        (1, 1, 1),
+        "{third:?}"
+    );
+
+    let r = retriever(&settings, open_knowledge(&settings, &index, false).unwrap());
+    let hits = r.search("containers deploy", Mode::Lexical).await.unwrap();
+    assert_eq!(hits.len(), 1);
+    assert!(hits[0].chunk.text.contains("containers"));
+    assert!(
+        r.search("installer", Mode::Lexical)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the old text is gone"
+    );
+    assert!(
+        r.search("shadowing rebinds", Mode::Lexical)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the deleted file is gone"
+    );
+    let dense = r.search("containers deploy", Mode::Dense).await.unwrap();
+    assert_eq!(dense.len(), 1, "one vector left: {dense:?}");
+}
+
+#[tokio::test]
+async fn example_knowledge_is_searchable_in_both_languages_and_by_identifier() {
+    let up = ScriptedUpstream::start().await;
+    let data = tempfile::tempdir().unwrap();
+    let settings = settings_with_embedder(data.path(), &up.root());
+    let index = data.path().join("index");
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/knowledge"));
+    let summary = ingest(&settings, &index, &[root]).await;
+    assert!(summary.files_indexed >= 15, "{summary:?}");
+    let r = retriever(&settings, open_knowledge(&settings, &index, false).unwrap());
+    let first_file =
+        |hits: &[assist_gateway::retrieval::hybrid::Scored]| hits[0].chunk.source_file.clone();
+    let es = r
+        .search("¿cómo cancelo una tarea asíncrona?", Mode::Hybrid)
+        .await
+        .unwrap();
+    assert!(
+        first_file(&es).starts_with("docs/es/"),
+        "{:?}",
+        es.iter().map(|h| &h.chunk.source_file).collect::<Vec<_>>()
+    );
+    let en = r
+        .search(
+            "how do I configure health checks for deployment",
+            Mode::Hybrid,
+        )
+        .await
+        .unwrap();
+    assert!(
+        first_file(&en).starts_with("docs/en/"),
+        "{:?}",
+        en.iter().map(|h| &h.chunk.source_file).collect::<Vec<_>>()
+    );
+    let code = r.search("get user name", Mode::Lexical).await.unwrap();
+    assert_eq!(first_file(&code), "code/orderDashboard.ts");
+    assert_eq!(code[0].chunk.doc_type, DocType::Code);
+    assert!(es.len() <= settings.retrieval.top_k);
+}
+
+#[tokio::test]
+async fn bm25_answers_alone_when_the_embedder_is_down() {
+    let up = ScriptedUpstream::start().await;
+    let data = tempfile::tempdir().unwrap();
+    let docs = tempfile::tempdir().unwrap();
+    std::fs::write(
+        docs.path().join("a.md"),
+        "# Endpoints\nregisterEndpoint declares a route.\n",
+    )
+    .unwrap();
+    let settings = settings_with_embedder(data.path(), &up.root());
+    let index = data.path().join("index");
+    ingest(&settings, &index, &[docs.path().to_path_buf()]).await;
+
+    // Serve with an embedder that no longer answers.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let down = settings_with_embedder(data.path(), &dead);
+    let r = retriever(&down, open_knowledge(&down, &index, false).unwrap());
+    let hits = r
+        .search("registerEndpoint route", Mode::Hybrid)
+        .await
+        .unwrap();
+    assert_eq!(hits.len(), 1, "BM25 still answers");
+    match r.dense_state() {
+        DenseState::Degraded(reason) => assert!(reason.contains(&dead), "{reason}"),
+        other => panic!("expected degraded, got {other:?}"),
+    }
+    let (_, vectors) = r.readiness().await;
+    assert_eq!(vectors["status"], "degraded");
+    drop(r);
+
+    // The gateway's /ready says so too.
+    let mut s = down.clone();
+    s.llm.base_url = up.root();
+    s.llm.model = UPSTREAM_MODEL.into();
+    let gw = Gateway::with_settings(s).await;
+    let (status, ready) = get_json(&gw.url("/ready")).await;
+    assert_eq!(status, 200, "degraded still serves: {ready}");
+    assert_eq!(ready["status"], "degraded");
+    assert_eq!(ready["checks"]["lexical_index"]["status"], "ok");
+    assert_eq!(ready["checks"]["vectors"]["status"], "degraded");
+    assert!(ready["checks"]["vectors"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains(&dead));
+}
