@@ -245,8 +245,14 @@ async fn shutdown_signal() {
 }
 
 fn init_logging(settings: &Settings) {
+    // qdrant-edge warns about server-only feature flags on every open; keep its errors only.
+    let level = if settings.log.level.contains("qdrant_edge") {
+        settings.log.level.clone()
+    } else {
+        format!("{},qdrant_edge=error", settings.log.level)
+    };
     let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(&settings.log.level))
+        .or_else(|_| EnvFilter::try_new(&level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -21,8 +21,9 @@ use sha2::{Digest, Sha256};
 use super::{DocType, Hit, KnowledgeChunk, VectorPoint, VectorStore};
 
 const VECTOR: &str = "dense";
-/// Filtered HNSW search loses recall with a small beam; keep it wide.
-const HNSW_EF: usize = 256;
+/// HNSW beam width; filtered searches lose recall with a small beam, so theirs is wider.
+const HNSW_EF: usize = 128;
+const HNSW_EF_FILTERED: usize = 256;
 /// Points per update operation.
 const UPSERT_BATCH: usize = 256;
 
@@ -205,7 +206,11 @@ impl VectorStore for EdgeStore {
                     VECTOR,
                 ))))
                 .params(SearchParams {
-                    hnsw_ef: Some(HNSW_EF),
+                    hnsw_ef: Some(if doc_type.is_some() {
+                        HNSW_EF_FILTERED
+                    } else {
+                        HNSW_EF
+                    }),
                     ..Default::default()
                 })
                 .with_payload(WithPayloadInterface::Bool(true));

@@ -140,48 +140,94 @@ impl Retriever {
         top: usize,
     ) -> anyhow::Result<Vec<Scored>> {
         let lang = Lang::detect(query);
-        let n = self.settings.candidates.max(top);
-        let lexical = if mode == Mode::Dense {
-            Vec::new()
+        let weights = self.weights(mode, lang);
+        // No embedding call when the dense list would not count.
+        let vector = if weights.1 > 0.0 {
+            self.query_vector(query).await
         } else {
-            let index = self.lexical.clone();
-            let q = query.to_string();
-            tokio::task::spawn_blocking(move || index.search(&q, lang, n)).await??
+            None
         };
-        let dense = if mode == Mode::Lexical {
-            Vec::new()
-        } else {
-            self.dense_hits(query, n).await
-        };
+        self.search_prepared(query, lang, vector.as_deref(), weights, top)
+            .await
+    }
+
+    /// Like `search_top` with the query's vector already computed (benchmarks, callers
+    /// that embed in batches); `None` searches BM25 only.
+    pub async fn search_with_vector(
+        &self,
+        query: &str,
+        vector: Option<&[f32]>,
+        mode: Mode,
+        top: usize,
+    ) -> anyhow::Result<Vec<Scored>> {
+        let lang = Lang::detect(query);
+        let weights = self.weights(mode, lang);
+        self.search_prepared(query, lang, vector, weights, top)
+            .await
+    }
+
+    fn weights(&self, mode: Mode, lang: Lang) -> (f32, f32) {
         let dense_weight = if self.embed_langs.contains(&lang) {
             self.settings.dense_weight
         } else {
             self.settings.foreign_dense_weight
         };
-        let weights = match mode {
+        match mode {
             Mode::Hybrid => (self.settings.bm25_weight, dense_weight),
             Mode::Lexical => (1.0, 0.0),
             Mode::Dense => (0.0, 1.0),
-        };
-        Ok(self.fuse(query, &lexical, &dense, weights, top))
+        }
     }
 
-    async fn dense_hits(&self, query: &str, n: usize) -> Vec<Hit> {
-        let Some((embedder, store)) = &self.dense else {
-            return Vec::new();
+    /// Both lists at once, then the fusion.
+    async fn search_prepared(
+        &self,
+        query: &str,
+        lang: Lang,
+        vector: Option<&[f32]>,
+        weights: (f32, f32),
+        top: usize,
+    ) -> anyhow::Result<Vec<Scored>> {
+        let n = self.settings.candidates.max(top);
+        let lexical = async {
+            if weights.0 <= 0.0 {
+                return Ok(Vec::new());
+            }
+            let index = self.lexical.clone();
+            let q = query.to_string();
+            tokio::task::spawn_blocking(move || index.search(&q, lang, n)).await?
         };
-        let vector = match embedder.embed(&[query.to_string()]).await {
-            Ok(mut v) if !v.is_empty() => v.swap_remove(0),
+        let dense = async {
+            match vector {
+                Some(v) if weights.1 > 0.0 => self.vector_hits(v, n).await,
+                _ => Vec::new(),
+            }
+        };
+        let (lexical, dense): (anyhow::Result<Vec<Hit>>, Vec<Hit>) = tokio::join!(lexical, dense);
+        Ok(self.fuse(query, &lexical?, &dense, weights, top))
+    }
+
+    /// The query's vector, or `None` (and degraded) when the embedder fails.
+    async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
+        let (embedder, _) = self.dense.as_ref()?;
+        match embedder.embed(&[query.to_string()]).await {
+            Ok(mut v) if !v.is_empty() => Some(v.swap_remove(0)),
             Ok(_) => {
                 self.degrade(format!("{} returned no vector", embedder.describe()));
-                return Vec::new();
+                None
             }
             Err(e) => {
                 self.degrade(format!("embedder {}: {e}", embedder.describe()));
-                return Vec::new();
+                None
             }
+        }
+    }
+
+    async fn vector_hits(&self, vector: &[f32], n: usize) -> Vec<Hit> {
+        let Some((_, store)) = &self.dense else {
+            return Vec::new();
         };
-        match store.search(&vector, n, None).await {
+        match store.search(vector, n, None).await {
             Ok(hits) => {
                 self.recover();
                 hits
