@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use std::path::{Path, PathBuf};
 
 use crate::config::Settings;
+use crate::ingest::{chunk::ChunkConfig, DenseSink, Ingestor, Progress, Summary};
 use crate::llm::{self, Embedder};
 use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::retrieval::edge::EdgeStore;
@@ -83,6 +84,63 @@ pub fn retriever(settings: &Settings, knowledge: Knowledge) -> Retriever {
         settings.retrieval.clone(),
         langs,
     )
+}
+
+/// Ingests `paths` into the index under `data_dir`. With `rebuild`, a fresh index is
+/// built aside and swapped in only when complete, so a failed or interrupted rebuild
+/// leaves the previous index in place.
+pub async fn ingest(
+    settings: &Settings,
+    paths: &[PathBuf],
+    rebuild: bool,
+    progress: &dyn Progress,
+) -> anyhow::Result<Summary> {
+    let live = index_dir(settings);
+    let target = if rebuild {
+        live.with_extension("rebuild")
+    } else {
+        live.clone()
+    };
+    if rebuild && target.exists() {
+        std::fs::remove_dir_all(&target)?;
+    }
+    std::fs::create_dir_all(&target)?;
+    let summary = {
+        let knowledge = open_knowledge(settings, &target, true)?;
+        let ingestor = Ingestor {
+            lexical: knowledge.lexical,
+            dense: knowledge
+                .dense
+                .map(|(embedder, store)| DenseSink { embedder, store }),
+            chunking: ChunkConfig {
+                max_chars: settings.ingest.chunk_chars,
+                overlap_chars: settings.ingest.overlap_chars,
+            },
+            max_file_bytes: settings.ingest.max_file_bytes,
+            manifest_path: target.join("manifest.json"),
+        };
+        ingestor.run(paths, progress).await
+    };
+    let summary = match summary {
+        Ok(s) => s,
+        Err(e) => {
+            if rebuild {
+                let _ = std::fs::remove_dir_all(&target);
+            }
+            return Err(e);
+        }
+    };
+    if rebuild {
+        let old = live.with_extension("old");
+        if live.exists() {
+            std::fs::rename(&live, &old)?;
+        }
+        std::fs::rename(&target, &live)?;
+        if old.exists() {
+            std::fs::remove_dir_all(&old)?;
+        }
+    }
+    Ok(summary)
 }
 
 /// Builds the state: the upstream adapter, the pipeline, the knowledge indexes.

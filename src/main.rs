@@ -114,46 +114,10 @@ fn main() -> ExitCode {
 }
 
 async fn ingest(settings: Settings, paths: Vec<PathBuf>, rebuild: bool) -> anyhow::Result<()> {
-    use assist_gateway::app;
-    use assist_gateway::ingest::{chunk::ChunkConfig, Bar, DenseSink, Ingestor};
+    use assist_gateway::{app, ingest::Bar};
     let started = std::time::Instant::now();
     let live = app::index_dir(&settings);
-    // A rebuild is written aside and swapped in only when complete.
-    let target = if rebuild {
-        live.with_extension("rebuild")
-    } else {
-        live.clone()
-    };
-    if rebuild && target.exists() {
-        std::fs::remove_dir_all(&target)?;
-    }
-    std::fs::create_dir_all(&target)?;
-    let summary = {
-        let knowledge = app::open_knowledge(&settings, &target, true)?;
-        let ingestor = Ingestor {
-            lexical: knowledge.lexical,
-            dense: knowledge
-                .dense
-                .map(|(embedder, store)| DenseSink { embedder, store }),
-            chunking: ChunkConfig {
-                max_chars: settings.ingest.chunk_chars,
-                overlap_chars: settings.ingest.overlap_chars,
-            },
-            max_file_bytes: settings.ingest.max_file_bytes,
-            manifest_path: target.join("manifest.json"),
-        };
-        ingestor.run(&paths, &Bar::new()).await?
-    };
-    if rebuild {
-        let old = live.with_extension("old");
-        if live.exists() {
-            std::fs::rename(&live, &old)?;
-        }
-        std::fs::rename(&target, &live)?;
-        if old.exists() {
-            std::fs::remove_dir_all(&old)?;
-        }
-    }
+    let summary = app::ingest(&settings, &paths, rebuild, &Bar::new()).await?;
     let secs = started.elapsed().as_secs_f64();
     println!(
         "ingested {} files ({} unchanged, {} removed, {} skipped): {} chunks written, {} in the index, {:.1} s ({:.0} chunks/s)",

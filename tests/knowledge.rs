@@ -293,3 +293,47 @@ async fn bm25_answers_alone_when_the_embedder_is_down() {
         .unwrap()
         .contains(&dead));
 }
+
+#[tokio::test]
+async fn rebuild_swaps_in_a_fresh_index_and_a_failed_one_changes_nothing() {
+    let up = ScriptedUpstream::start().await;
+    let data = tempfile::tempdir().unwrap();
+    let docs = tempfile::tempdir().unwrap();
+    let settings = settings_with_embedder(data.path(), &up.root());
+    std::fs::write(docs.path().join("a.md"), "# A\nalpha text\n").unwrap();
+    std::fs::write(docs.path().join("b.md"), "# B\nbravo text\n").unwrap();
+    let roots = vec![docs.path().to_path_buf()];
+    let s = assist_gateway::app::ingest(&settings, &roots, false, &Quiet)
+        .await
+        .unwrap();
+    assert_eq!(s.chunks_total, 2);
+
+    // A rebuild of another folder replaces everything.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("c.md"), "# C\ncharlie text\n").unwrap();
+    let s = assist_gateway::app::ingest(&settings, &[other.path().to_path_buf()], true, &Quiet)
+        .await
+        .unwrap();
+    assert_eq!(s.chunks_total, 1);
+    let index = assist_gateway::app::index_dir(&settings);
+    {
+        let r = retriever(&settings, open_knowledge(&settings, &index, false).unwrap());
+        assert!(r.search("alpha", Mode::Lexical).await.unwrap().is_empty());
+        assert_eq!(r.search("charlie", Mode::Lexical).await.unwrap().len(), 1);
+    }
+
+    // A rebuild that fails (here: the embedder is gone) leaves the live index as it was.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let broken = settings_with_embedder(data.path(), &dead);
+    assert!(assist_gateway::app::ingest(&broken, &roots, true, &Quiet)
+        .await
+        .is_err());
+    assert!(
+        !index.with_extension("rebuild").exists(),
+        "the half-built index is cleaned up"
+    );
+    let r = retriever(&settings, open_knowledge(&settings, &index, false).unwrap());
+    assert_eq!(r.search("charlie", Mode::Lexical).await.unwrap().len(), 1);
+}
