@@ -16,6 +16,7 @@ use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::retrieval::edge::EdgeStore;
 use crate::retrieval::hybrid::Retriever;
 use crate::retrieval::lexical::TantivyIndex;
+use crate::retrieval::qdrant_server::QdrantServerStore;
 use crate::retrieval::{Lang, LexicalIndex, VectorStore};
 
 /// What every request handler shares.
@@ -60,7 +61,16 @@ pub fn open_knowledge(
     let dense = match llm::embedder_from_settings(&settings.embeddings, &settings.llm)? {
         None => None,
         Some(embedder) => {
-            let store: Arc<dyn VectorStore> = Arc::new(EdgeStore::open(&dir.join("vectors"))?);
+            let q = &settings.qdrant;
+            let store: Arc<dyn VectorStore> = if q.url.trim().is_empty() {
+                Arc::new(EdgeStore::open(&dir.join("vectors"))?)
+            } else {
+                Arc::new(QdrantServerStore::connect(
+                    &q.url,
+                    &q.api_key,
+                    &q.collection,
+                )?)
+            };
             Some((embedder, store))
         }
     };

@@ -245,11 +245,8 @@ impl Settings {
                 "the local embedder needs the model folder",
             ));
         }
-        if !self.qdrant.url.trim().is_empty() {
-            return Err(SettingsError::new(
-                "qdrant.url",
-                "the Qdrant server store is not available in this version; leave it empty for the embedded engine",
-            ));
+        if self.qdrant.collection.trim().is_empty() {
+            return Err(SettingsError::new("qdrant.collection", "must not be empty"));
         }
         if self.embeddings.batch_size == 0 {
             return Err(SettingsError::new(

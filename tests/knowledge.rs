@@ -11,6 +11,7 @@ use assist_gateway::config::{EmbeddingProvider, Settings};
 use assist_gateway::ingest::{chunk::ChunkConfig, DenseSink, Ingestor, Quiet};
 use assist_gateway::retrieval::edge::EdgeStore;
 use assist_gateway::retrieval::hybrid::{DenseState, Mode};
+use assist_gateway::retrieval::qdrant_server::QdrantServerStore;
 use assist_gateway::retrieval::{DocType, KnowledgeChunk, VectorPoint, VectorStore};
 use support::*;
 
@@ -35,15 +36,14 @@ fn point(id: &str, file: &str, doc_type: DocType, vector: [f32; 3]) -> VectorPoi
     }
 }
 
-#[tokio::test]
-async fn embedded_qdrant_store_contract() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = EdgeStore::open(dir.path()).unwrap();
-    assert_eq!(
-        store.count().await.unwrap(),
-        0,
-        "an empty folder is an empty store"
-    );
+/// What every `VectorStore` must do; `reopen` gives a fresh handle on the same data.
+async fn store_contract<F, Fut>(store: Box<dyn VectorStore>, reopen: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Box<dyn VectorStore>>,
+{
+    assert_eq!(store.count().await.unwrap(), 0, "a new store is empty");
+    store.ensure_collection(3).await.unwrap();
     store.ensure_collection(3).await.unwrap();
     store
         .upsert(vec![
@@ -62,6 +62,7 @@ async fn embedded_qdrant_store_contract() {
         hits[1].chunk.source_file, "b.rs",
         "the payload comes back whole"
     );
+    assert_eq!(hits[1].chunk.doc_type, DocType::Code);
     let code = store
         .search(&[1.0, 0.0, 0.0], 3, Some(DocType::Code))
         .await
@@ -93,10 +94,80 @@ async fn embedded_qdrant_store_contract() {
         .to_string()
         .contains("--rebuild"));
     drop(store);
-    let reopened = EdgeStore::open(dir.path()).unwrap();
+    let reopened = reopen().await;
     assert_eq!(reopened.count().await.unwrap(), 2, "persisted");
     let top = reopened.search(&[0.0, 0.0, 1.0], 1, None).await.unwrap();
     assert_eq!(top[0].chunk.chunk_id, "a");
+}
+
+#[tokio::test]
+async fn embedded_qdrant_store_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    let store = EdgeStore::open(&path).unwrap();
+    store_contract(Box::new(store), || async move {
+        Box::new(EdgeStore::open(&path).unwrap()) as Box<dyn VectorStore>
+    })
+    .await;
+}
+
+/// The Qdrant gRPC API served by tests/qdrant_grpc_server.py (the qdrant-client PyPI
+/// package's servicers in front of its in-memory engine).
+struct QdrantTestServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl QdrantTestServer {
+    fn start() -> Option<Self> {
+        use std::io::BufRead;
+        let Ok(python) = std::env::var("ASSIST_PYTHON") else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run the Qdrant server tests: use scripts/test.sh"
+            );
+            eprintln!("SKIPPED: ASSIST_PYTHON is not set; run scripts/test.sh to include the Qdrant server tests");
+            return None;
+        };
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/qdrant_grpc_server.py");
+        let mut child = std::process::Command::new(python)
+            .args([script, "0"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the Qdrant test server");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("LISTENING ")
+            .unwrap_or_else(|| panic!("unexpected: {line:?}"));
+        Some(Self {
+            url: format!("http://127.0.0.1:{port}"),
+            child,
+        })
+    }
+}
+
+impl Drop for QdrantTestServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn qdrant_server_store_contract() {
+    let Some(server) = QdrantTestServer::start() else {
+        return;
+    };
+    let store = QdrantServerStore::connect(&server.url, "", "contract").unwrap();
+    let url = server.url.clone();
+    store_contract(Box::new(store), || async move {
+        Box::new(QdrantServerStore::connect(&url, "", "contract").unwrap()) as Box<dyn VectorStore>
+    })
+    .await;
 }
 
 /// Settings whose embedder is the scripted upstream's letter-frequency `/api/embed`.

@@ -32,12 +32,17 @@ pub struct EdgeStore {
     shard: RwLock<Option<Arc<EdgeShard>>>,
 }
 
-/// A point id for a chunk id: the first 8 bytes of its SHA-256.
-fn point_id(chunk_id: &str) -> PointId {
+/// The numeric point id of a chunk id (first 8 bytes of its SHA-256), shared by both
+/// Qdrant stores so a collection can move between them.
+pub(crate) fn point_number(chunk_id: &str) -> u64 {
     let digest = Sha256::digest(chunk_id.as_bytes());
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&digest[..8]);
-    PointId::NumId(u64::from_be_bytes(bytes))
+    u64::from_be_bytes(bytes)
+}
+
+fn point_id(chunk_id: &str) -> PointId {
+    PointId::NumId(point_number(chunk_id))
 }
 
 fn keyword(field: &str, value: &str) -> anyhow::Result<Filter> {

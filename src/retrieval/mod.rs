@@ -7,6 +7,7 @@ pub mod fusion;
 pub mod hybrid;
 pub mod lang;
 pub mod lexical;
+pub mod qdrant_server;
 
 use serde::{Deserialize, Serialize};
 
