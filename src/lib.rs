@@ -8,6 +8,7 @@
 
 pub mod app;
 pub mod config;
+pub mod context;
 pub mod error;
 pub mod eval;
 pub mod http;

@@ -51,6 +51,7 @@ struct Request {
     think: Option<Value>,
     session_id: Option<String>,
     user: Option<Value>,
+    additional_context: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -178,6 +179,7 @@ pub(crate) async fn chat(
                 },
                 session_id: req.session_id,
                 user: req.user,
+                additional_context: req.additional_context,
             };
             Ok((turn, req.stream.unwrap_or(true), load))
         });
@@ -213,6 +215,7 @@ pub(crate) async fn generate(
                 },
                 session_id: req.session_id,
                 user: req.user,
+                additional_context: req.additional_context,
             };
             Ok((turn, req.stream.unwrap_or(true), load))
         });

@@ -47,6 +47,7 @@ struct Request {
     response_format: Option<Value>,
     user: Option<Value>,
     session_id: Option<String>,
+    additional_context: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -264,6 +265,7 @@ fn chat_turn(mut req: Request) -> Result<(ChatTurn, Shape), GatewayError> {
         },
         session_id: req.session_id,
         user: req.user,
+        additional_context: req.additional_context,
     };
     Ok((turn, shape))
 }
@@ -297,6 +299,7 @@ fn completion_turn(mut req: Request) -> Result<(ChatTurn, Shape), GatewayError> 
         },
         session_id: req.session_id,
         user: req.user,
+        additional_context: req.additional_context,
     };
     Ok((turn, shape))
 }

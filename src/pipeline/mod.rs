@@ -11,6 +11,7 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use serde_json::Value;
 
+use crate::context::EditorContext;
 use crate::error::GatewayError;
 use crate::llm::{
     ChatModel, Chunk, ChunkStream, FinishReason, Input, Message, ModelCard, Role, ToolCall,
@@ -26,6 +27,27 @@ pub struct ChatTurn {
     pub session_id: Option<String>,
     /// The raw OpenAI `user` field (editor context arrives here).
     pub user: Option<Value>,
+    /// IDE context items (`additional_context`), as sent.
+    pub additional_context: Option<Value>,
+}
+
+impl ChatTurn {
+    /// The editor context, from every place a client may have put it.
+    pub fn editor_context(&self) -> EditorContext {
+        let last_user = match &self.request.input {
+            Input::Chat(messages) => messages
+                .iter()
+                .rev()
+                .find(|m| m.role == Role::User)
+                .map_or("", |m| m.content.as_str()),
+            Input::Prompt { prompt, .. } => prompt.as_str(),
+        };
+        EditorContext::from_request(
+            self.user.as_ref(),
+            self.additional_context.as_ref(),
+            last_user,
+        )
+    }
 }
 
 /// What the pipeline streams back. `Done` or `Error` is always the last event.
@@ -129,8 +151,21 @@ impl Pipeline {
     /// Runs a turn. Errors before the upstream accepted the request are returned here
     /// (the client gets an HTTP error); later ones arrive as `Event::Error`.
     pub async fn run(&self, turn: ChatTurn) -> Result<EventStream, GatewayError> {
+        let route = self.route(&turn.request.model)?;
+        if route == Route::Assistant {
+            let editor = turn.editor_context();
+            tracing::debug!(
+                selected_chars = editor.selected_text.len(),
+                editor_chars = editor.editor_content.len(),
+                extra_chars = editor.extra_context.len(),
+                items = editor.items.len(),
+                has_user_info = editor.user_info.is_some(),
+                session = turn.session_id.is_some(),
+                "editor context"
+            );
+        }
         let mut request = turn.request;
-        if self.route(&request.model)? == Route::Assistant {
+        if route == Route::Assistant {
             request.model = self.upstream_model.clone();
             request.input = self.assistant_input(request.input);
         }
