@@ -5,6 +5,8 @@
 //! upstream). Classification, reformulation, retrieval, assembly and sessions slot in
 //! inside `Pipeline::run` without touching the HTTP layer.
 
+pub mod classify;
+
 use std::sync::Arc;
 
 use futures::stream::BoxStream;
