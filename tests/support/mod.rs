@@ -81,6 +81,19 @@ struct Shared {
     completed: AtomicUsize,
 }
 
+impl Shared {
+    /// Keeps a request for the test to inspect; returns its JSON body (null if not JSON).
+    fn record(&self, uri: &Uri, headers: HeaderMap, body: &[u8]) -> Value {
+        let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        self.requests.lock().unwrap().push(Recorded {
+            path: uri.path().to_string(),
+            headers,
+            body: body.clone(),
+        });
+        body
+    }
+}
+
 pub struct ScriptedUpstream {
     pub addr: SocketAddr,
     shared: Arc<Shared>,
@@ -178,12 +191,7 @@ async fn embed(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    shared.requests.lock().unwrap().push(Recorded {
-        path: uri.path().to_string(),
-        headers,
-        body: body.clone(),
-    });
+    let body = shared.record(&uri, headers, &body);
     if let Some(Reply::Status { status, body }) = shared.script.lock().unwrap().pop_front() {
         return Response::builder()
             .status(status)
@@ -272,18 +280,13 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let body = shared.record(&uri, headers, &body);
     let wire = match uri.path() {
         "/api/chat" => Wire::OllamaChat,
         "/api/generate" => Wire::OllamaGenerate,
         "/v1/chat/completions" => Wire::OpenAiChat,
         _ => Wire::OpenAiText,
     };
-    shared.requests.lock().unwrap().push(Recorded {
-        path: uri.path().to_string(),
-        headers,
-        body: body.clone(),
-    });
     let reply = shared
         .script
         .lock()
