@@ -9,15 +9,19 @@ use tokio::net::TcpListener;
 
 use std::path::{Path, PathBuf};
 
-use crate::config::Settings;
+use crate::config::{ClassifierMode, Provider, ReformulatorMode, Settings};
 use crate::ingest::{chunk::ChunkConfig, DenseSink, Ingestor, Progress, Summary};
 use crate::llm::{self, Embedder};
-use crate::pipeline::{Pipeline, PipelineConfig};
+use crate::pipeline::classify::{Classifier, LlmClassifier, RulesClassifier};
+use crate::pipeline::prompts::Prompts;
+use crate::pipeline::reformulate::{LlmReformulator, Reformulator};
+use crate::pipeline::{Pipeline, PipelineConfig, Stages};
 use crate::retrieval::edge::EdgeStore;
 use crate::retrieval::hybrid::Retriever;
 use crate::retrieval::lexical::TantivyIndex;
 use crate::retrieval::qdrant_server::QdrantServerStore;
 use crate::retrieval::{Lang, LexicalIndex, VectorStore};
+use crate::sessions::{self, Sessions};
 
 /// What every request handler shares.
 #[derive(Clone)]
@@ -153,27 +157,77 @@ pub async fn ingest(
     Ok(summary)
 }
 
-/// Builds the state: the upstream adapter, the pipeline, the knowledge indexes.
+/// Builds the state: the upstream adapter, the pipeline, the knowledge indexes, the
+/// session store.
 pub fn build(settings: Settings) -> anyhow::Result<AppState> {
-    let chat = llm::from_settings(&settings.llm)?;
-    let pipeline = Pipeline::new(
-        chat,
-        PipelineConfig {
-            assistant_model: settings.assistant.model.trim().to_string(),
-            upstream_model: settings.llm.model.clone(),
-            passthrough: settings.assistant.passthrough,
-            system_prompt: settings.system_prompt()?,
-            context_tokens: settings.assistant.context_tokens,
-        },
-    );
-    let knowledge = open_knowledge(&settings, &index_dir(&settings), false)?;
-    let retriever = retriever(&settings, knowledge);
+    let (pipeline, retriever) = pipeline(&settings, true)?;
     Ok(AppState {
-        retriever: Arc::new(retriever),
+        retriever,
         settings: Arc::new(settings),
         pipeline: Arc::new(pipeline),
         started: chrono::Utc::now(),
     })
+}
+
+/// The pipeline and its retriever; `with_sessions = false` runs without conversation
+/// memory (and without opening the session store).
+pub fn pipeline(
+    settings: &Settings,
+    with_sessions: bool,
+) -> anyhow::Result<(Pipeline, Arc<Retriever>)> {
+    let chat = llm::from_settings(&settings.llm)?;
+    let prompts = Prompts::load(&settings.assistant)?;
+    let classifier: Box<dyn Classifier> = match settings.classifier.mode {
+        ClassifierMode::Rules => Box::new(RulesClassifier),
+        ClassifierMode::Llm => Box::new(LlmClassifier {
+            chat: chat.clone(),
+            model: settings.llm.model.clone(),
+            template: prompts.classify.clone(),
+            timeout: Duration::from_millis(settings.classifier.timeout_ms),
+            history_messages: settings.classifier.history_messages,
+        }),
+    };
+    let reformulator = match settings.reformulator.mode {
+        ReformulatorMode::Off => Reformulator::Off,
+        ReformulatorMode::Llm => Reformulator::Llm(LlmReformulator {
+            chat: chat.clone(),
+            model: settings.llm.model.clone(),
+            template: prompts.reformulate.clone(),
+            timeout: Duration::from_millis(settings.reformulator.timeout_ms),
+        }),
+    };
+    let knowledge = open_knowledge(settings, &index_dir(settings), false)?;
+    let retriever = Arc::new(retriever(settings, knowledge));
+    let sessions = if with_sessions {
+        let store = sessions::store_from_settings(&settings.sessions, &settings.data_dir)?;
+        Some(Arc::new(Sessions::new(
+            store,
+            settings.sessions.window_turns,
+        )))
+    } else {
+        None
+    };
+    let a = &settings.assistant;
+    let pipeline = Pipeline::new(
+        chat,
+        PipelineConfig {
+            assistant_model: a.model.trim().to_string(),
+            upstream_model: settings.llm.model.clone(),
+            passthrough: a.passthrough,
+            prompts,
+            context_tokens: a.context_tokens,
+            answer_reserve_tokens: a.answer_reserve_tokens,
+            cite_sources: a.cite_sources,
+            send_num_ctx: settings.llm.provider == Provider::Ollama,
+        },
+        Stages {
+            classifier,
+            reformulator,
+            retriever: retriever.clone(),
+            sessions,
+        },
+    );
+    Ok((pipeline, retriever))
 }
 
 /// Serves until `shutdown` resolves, then lets open streams finish for at most

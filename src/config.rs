@@ -9,8 +9,6 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 /// The defaults, compiled in so the binary runs from any directory.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
-/// The built-in system prompt of the assistant model.
-pub const DEFAULT_SYSTEM_PROMPT: &str = include_str!("../config/prompts/system.txt");
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -19,6 +17,9 @@ pub struct Settings {
     pub server: ServerSettings,
     pub log: LogSettings,
     pub assistant: AssistantSettings,
+    pub classifier: ClassifierSettings,
+    pub reformulator: ReformulatorSettings,
+    pub sessions: SessionSettings,
     pub llm: LlmSettings,
     pub embeddings: EmbeddingSettings,
     pub qdrant: QdrantSettings,
@@ -57,7 +58,58 @@ pub struct AssistantSettings {
     pub model: String,
     pub passthrough: bool,
     pub system_prompt_file: String,
+    pub prompts_dir: String,
     pub context_tokens: u32,
+    pub answer_reserve_tokens: u32,
+    pub cite_sources: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClassifierMode {
+    Rules,
+    Llm,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifierSettings {
+    pub mode: ClassifierMode,
+    pub timeout_ms: u64,
+    pub history_messages: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReformulatorMode {
+    Off,
+    Llm,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReformulatorSettings {
+    pub mode: ReformulatorMode,
+    pub timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionBackend {
+    Embedded,
+    Redis,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSettings {
+    pub backend: SessionBackend,
+    pub redis_url: String,
+    pub redis_prefix: String,
+    pub window_turns: usize,
+    pub max_turns: usize,
+    pub ttl_secs: u64,
+    pub max_sessions: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -140,7 +192,7 @@ pub struct SettingsError {
 }
 
 impl SettingsError {
-    fn new(key: &str, reason: impl Into<String>) -> Self {
+    pub fn new(key: &str, reason: impl Into<String>) -> Self {
         Self {
             key: key.to_string(),
             reason: reason.into(),
@@ -282,6 +334,37 @@ impl Settings {
                 "chunk_chars must be at least 200 and larger than overlap_chars",
             ));
         }
+        if self.assistant.answer_reserve_tokens >= self.assistant.context_tokens {
+            return Err(SettingsError::new(
+                "assistant.answer_reserve_tokens",
+                "must be smaller than assistant.context_tokens",
+            ));
+        }
+        if self.classifier.timeout_ms == 0 || self.reformulator.timeout_ms == 0 {
+            return Err(SettingsError::new(
+                "classifier.timeout_ms / reformulator.timeout_ms",
+                "must be at least 1",
+            ));
+        }
+        let sessions = &self.sessions;
+        if sessions.max_turns == 0 || sessions.window_turns > sessions.max_turns {
+            return Err(SettingsError::new(
+                "sessions.window_turns / sessions.max_turns",
+                "max_turns must be at least 1 and at least window_turns",
+            ));
+        }
+        if sessions.max_sessions == 0 || sessions.ttl_secs == 0 {
+            return Err(SettingsError::new(
+                "sessions.max_sessions / sessions.ttl_secs",
+                "must be at least 1",
+            ));
+        }
+        if sessions.backend == SessionBackend::Redis && sessions.redis_url.trim().is_empty() {
+            return Err(SettingsError::new(
+                "sessions.redis_url",
+                "the redis backend needs a URL, e.g. redis://127.0.0.1:6379",
+            ));
+        }
         if self.llm.connect_timeout_secs == 0 || self.llm.first_byte_timeout_secs == 0 {
             return Err(SettingsError::new(
                 "llm.connect_timeout_secs / llm.first_byte_timeout_secs",
@@ -289,17 +372,6 @@ impl Settings {
             ));
         }
         Ok(())
-    }
-
-    /// The assistant's system prompt: the configured file or the built-in one.
-    pub fn system_prompt(&self) -> Result<String, SettingsError> {
-        let file = self.assistant.system_prompt_file.trim();
-        if file.is_empty() {
-            return Ok(DEFAULT_SYSTEM_PROMPT.trim().to_string());
-        }
-        std::fs::read_to_string(file)
-            .map(|s| s.trim().to_string())
-            .map_err(|e| SettingsError::new("assistant.system_prompt_file", format!("{file}: {e}")))
     }
 }
 
@@ -339,7 +411,10 @@ mod tests {
         assert_eq!(s.assistant.model, "brunix");
         assert_eq!(s.llm.provider, Provider::Ollama);
         assert!(s.server.api_keys.is_empty());
-        assert!(!s.system_prompt().unwrap().is_empty());
+        assert_eq!(s.classifier.mode, ClassifierMode::Rules);
+        assert_eq!(s.reformulator.mode, ReformulatorMode::Off);
+        assert_eq!(s.sessions.backend, SessionBackend::Embedded);
+        assert!(s.sessions.window_turns <= s.sessions.max_turns);
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! - [`http`]: the two API dialects, rendering one event stream.
 //! - [`pipeline`]: what happens to a chat turn.
 //! - [`llm`]: the upstream model port (`ChatModel`) and its adapters.
+//! - [`context`]: editor context and the token budget; [`retrieval`]: the knowledge base.
+//! - [`sessions`]: conversation memory.
 //! - [`config`]: settings; [`app`]: wiring.
 
 pub mod app;
@@ -16,3 +18,4 @@ pub mod ingest;
 pub mod llm;
 pub mod pipeline;
 pub mod retrieval;
+pub mod sessions;

@@ -38,6 +38,28 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// Ask the assistant from the terminal: the same pipeline as the API, the answer
+    /// streamed to stdout, its sources listed after it.
+    Ask {
+        /// The question.
+        #[arg(value_name = "QUESTION")]
+        question: String,
+        /// A file to treat as the one open in the editor.
+        #[arg(long, value_name = "F")]
+        file: Option<PathBuf>,
+        /// Code to treat as selected in the editor.
+        #[arg(long, value_name = "TEXT")]
+        selection: Option<String>,
+        /// Remember the conversation under this session id (needs the session store, so
+        /// not while a gateway with the embedded store runs on the same data_dir).
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// Show each pipeline stage's log line on stderr.
+        #[arg(long, short)]
+        verbose: bool,
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
     /// Measure retrieval or answers on a labelled dataset.
     Eval {
         #[command(subcommand)]
@@ -68,6 +90,7 @@ impl Command {
         match self {
             Command::Serve { config }
             | Command::Ingest { config, .. }
+            | Command::Ask { config, .. }
             | Command::Eval {
                 what: EvalCommand::Retrieval { config, .. },
             } => config.as_deref(),
@@ -77,13 +100,17 @@ impl Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let settings = match Settings::load(cli.command.config()) {
+    let mut settings = match Settings::load(cli.command.config()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("assist-gateway: {e}");
             return ExitCode::from(2);
         }
     };
+    if let Command::Ask { verbose: false, .. } = cli.command {
+        // The answer is the output; stage logs only on request.
+        settings.log.level = "warn".into();
+    }
     init_logging(&settings);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -96,6 +123,13 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve { .. } => serve(settings).await,
             Command::Ingest { paths, rebuild, .. } => ingest(settings, paths, rebuild).await,
+            Command::Ask {
+                question,
+                file,
+                selection,
+                session,
+                ..
+            } => ask(settings, question, file, selection, session).await,
             Command::Eval {
                 what:
                     EvalCommand::Retrieval {
@@ -111,6 +145,90 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn ask(
+    settings: Settings,
+    question: String,
+    file: Option<PathBuf>,
+    selection: Option<String>,
+    session: Option<String>,
+) -> anyhow::Result<()> {
+    use assist_gateway::llm::{GenParams, Input, Message, Role, UpstreamRequest};
+    use assist_gateway::pipeline::{ChatTurn, Event};
+    use base64::Engine;
+    use futures::StreamExt;
+    use std::io::Write;
+
+    let (pipeline, _) = assist_gateway::app::pipeline(&settings, session.is_some())?;
+    // The editor context travels as the reference extension sends it: base64 fields in
+    // the `user` JSON, so `ask` exercises the same parsing as the API.
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let mut user = serde_json::Map::new();
+    if let Some(path) = &file {
+        let content = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("--file {}: {e}", path.display()))?;
+        user.insert("editor_content".into(), b64(&content).into());
+        user.insert(
+            "extra_context".into(),
+            b64(&format!("file: {}", path.display())).into(),
+        );
+    }
+    if let Some(sel) = &selection {
+        user.insert("selected_text".into(), b64(sel).into());
+    }
+    let turn = ChatTurn {
+        request: UpstreamRequest {
+            model: pipeline.assistant_model().to_string(),
+            input: Input::Chat(vec![Message::text(Role::User, question)]),
+            params: GenParams::default(),
+            tools: Vec::new(),
+            tool_choice: None,
+        },
+        session_id: session,
+        user: (!user.is_empty())
+            .then(|| serde_json::Value::String(serde_json::Value::Object(user).to_string())),
+        additional_context: None,
+    };
+    let mut events = pipeline.run(turn).await?;
+    let mut out = std::io::stdout().lock();
+    let mut sources = Vec::new();
+    while let Some(event) = events.next().await {
+        match event {
+            Event::Sources(s) => sources = s,
+            Event::Delta(text) => {
+                out.write_all(text.as_bytes())?;
+                out.flush()?;
+            }
+            Event::ToolCalls(_) => {}
+            Event::Done { .. } => break,
+            Event::Error(e) => {
+                writeln!(out)?;
+                return Err(anyhow::anyhow!("{}", e.message));
+            }
+        }
+    }
+    writeln!(out)?;
+    if !sources.is_empty() {
+        writeln!(out, "\nSources:")?;
+        for (i, s) in sources.iter().enumerate() {
+            let section = if s.section.is_empty() {
+                String::new()
+            } else {
+                format!(" § {}", s.section)
+            };
+            writeln!(
+                out,
+                "  [{}] {}{section} (lines {}-{}, score {:.4})",
+                i + 1,
+                s.file,
+                s.lines[0],
+                s.lines[1],
+                s.score
+            )?;
+        }
+    }
+    Ok(())
 }
 
 async fn ingest(settings: Settings, paths: Vec<PathBuf>, rebuild: bool) -> anyhow::Result<()> {

@@ -23,6 +23,8 @@ pub struct ContextItem {
     /// 1-based inclusive line range, when the client gave one.
     pub lines: Option<(usize, usize)>,
     pub content: String,
+    /// Read from the user's message (continue-style), so the model sees it there already.
+    pub from_message: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -31,6 +33,8 @@ pub struct EditorContext {
     pub editor_content: String,
     /// The open file's path, when a client said which file it is.
     pub file_path: Option<String>,
+    /// The open file came inside the user's message (continue-style).
+    pub file_in_message: bool,
     pub extra_context: String,
     /// Client identity metadata (`dev_id`, `project_id`, `org_id`): informational only.
     pub user_info: Option<Value>,
@@ -143,6 +147,7 @@ impl EditorContext {
                 path,
                 lines: None,
                 content,
+                from_message: false,
             });
         }
     }
@@ -160,6 +165,7 @@ impl EditorContext {
             if is_open_file && self.editor_content.is_empty() {
                 self.editor_content = block.body.to_string();
                 self.file_path = header.0.clone();
+                self.file_in_message = true;
                 continue;
             }
             // Only blocks that name a file are context; other fences are the user's own text.
@@ -170,6 +176,7 @@ impl EditorContext {
                     path: Some(path),
                     lines,
                     content: block.body.to_string(),
+                    from_message: true,
                 });
             }
         }

@@ -1,6 +1,7 @@
-//! Context from the client: what the user sees in the editor. The token budget and
-//! truncation for prompt assembly join here (issue 4).
+//! Context from the client (what the user sees in the editor) and fitting context into
+//! the model's window.
 
+pub mod budget;
 pub mod editor;
 
 pub use editor::{ContextItem, EditorContext};

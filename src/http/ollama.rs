@@ -270,6 +270,9 @@ async fn respond(
             if !answer.tool_calls.is_empty() {
                 body["message"]["tool_calls"] = tool_calls_json(&answer.tool_calls);
             }
+            if let Some(sources) = answer.sources {
+                body["sources"] = json!(sources);
+            }
             json_response(body)
         }
         Err(e) => failed(log, e),
@@ -345,8 +348,10 @@ fn ndjson(
     mut log: RequestLog,
 ) -> impl futures::Stream<Item = Bytes> {
     async_stream::stream! {
+        let mut sources = None;
         while let Some(event) = events.next().await {
             match event {
+                Event::Sources(s) => sources = Some(s),
                 Event::Delta(text) => {
                     log.delta();
                     yield line_bytes(&render.line(&text, None, None));
@@ -357,7 +362,11 @@ fn ndjson(
                 }
                 Event::Done { finish, usage } => {
                     log.done(usage);
-                    yield line_bytes(&render.line("", None, Some((finish, usage, &log))));
+                    let mut last = render.line("", None, Some((finish, usage, &log)));
+                    if let Some(s) = sources.take() {
+                        last["sources"] = json!(s);
+                    }
+                    yield line_bytes(&last);
                     return;
                 }
                 Event::Error(e) => {

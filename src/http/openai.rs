@@ -389,7 +389,7 @@ async fn respond(
                 let mut choice =
                     json!({"index": 0, "finish_reason": answer.finish.as_str(), "logprobs": null});
                 choice[message_or_text.0] = message_or_text.1;
-                json_response(json!({
+                let mut body = json!({
                     "id": meta.id,
                     "object": meta.object(false),
                     "created": meta.created,
@@ -397,7 +397,11 @@ async fn respond(
                     "choices": [choice],
                     "usage": usage_json(answer.usage),
                     "system_fingerprint": null,
-                }))
+                });
+                if let Some(sources) = answer.sources {
+                    body["sources"] = json!(sources);
+                }
+                json_response(body)
             }
             Err(e) => failed(log, e),
         }
@@ -423,6 +427,10 @@ impl Meta {
 
     /// One SSE event carrying one choice update.
     fn chunk(&self, update: Value, finish: Option<&str>) -> Bytes {
+        frame(&self.chunk_json(update, finish))
+    }
+
+    fn chunk_json(&self, update: Value, finish: Option<&str>) -> Value {
         let mut choice = json!({"index": 0, "finish_reason": finish});
         match self.kind {
             Kind::Chat => {
@@ -444,18 +452,18 @@ impl Meta {
         if self.include_usage {
             chunk["usage"] = Value::Null;
         }
-        frame(&chunk)
+        chunk
     }
 
-    fn usage_chunk(&self, usage: Usage) -> Bytes {
-        frame(&json!({
+    fn usage_chunk(&self, usage: Usage) -> Value {
+        json!({
             "id": self.id,
             "object": self.object(true),
             "created": self.created,
             "model": self.model,
             "choices": [],
             "usage": usage_json(usage),
-        }))
+        })
     }
 }
 
@@ -488,8 +496,10 @@ fn sse(
             yield meta.chunk(json!({"role": "assistant", "content": ""}), None);
         }
         let mut tool_index = 0;
+        let mut sources = None;
         while let Some(event) = events.next().await {
             match event {
+                Event::Sources(s) => sources = Some(s),
                 Event::Delta(text) => {
                     log.delta();
                     yield match meta.kind {
@@ -511,13 +521,20 @@ fn sse(
                 }
                 Event::Done { finish, usage } => {
                     log.done(usage);
-                    yield match meta.kind {
-                        Kind::Chat => meta.chunk(json!({}), Some(finish.as_str())),
-                        Kind::Text => meta.chunk(json!(""), Some(finish.as_str())),
+                    let mut last = match meta.kind {
+                        Kind::Chat => meta.chunk_json(json!({}), Some(finish.as_str())),
+                        Kind::Text => meta.chunk_json(json!(""), Some(finish.as_str())),
                     };
                     if meta.include_usage {
-                        yield meta.usage_chunk(usage);
+                        yield frame(&last);
+                        last = meta.usage_chunk(usage);
                     }
+                    // The assistant's sources ride on the last chunk (clients ignore
+                    // fields they do not know).
+                    if let Some(s) = sources.take() {
+                        last["sources"] = json!(s);
+                    }
+                    yield frame(&last);
                     yield Bytes::from_static(b"data: [DONE]\n\n");
                     return;
                 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
+use futures::StreamExt;
 use serde_json::{Map, Value};
 
 use crate::config::{EmbeddingProvider, EmbeddingSettings, LlmSettings, Provider};
@@ -354,6 +355,28 @@ impl UpstreamError {
             UpstreamErrorKind::Unsupported => detail.clone(),
         }
     }
+}
+
+/// A whole text answer (the pipeline's own short calls: classify, reformulate).
+pub async fn complete(
+    chat: &dyn ChatModel,
+    request: UpstreamRequest,
+) -> Result<String, UpstreamError> {
+    let url = chat.base_url().to_string();
+    let mut chunks = chat.stream(request).await?;
+    let mut text = String::new();
+    while let Some(chunk) = chunks.next().await {
+        match chunk? {
+            Chunk::Text(t) => text.push_str(&t),
+            Chunk::ToolCalls(_) => {}
+            Chunk::Done { .. } => return Ok(text),
+        }
+    }
+    Err(UpstreamError::new(
+        UpstreamErrorKind::Closed,
+        &url,
+        "stream ended early",
+    ))
 }
 
 /// Builds the configured adapter.

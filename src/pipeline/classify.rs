@@ -1,9 +1,19 @@
 //! Deciding what kind of question a turn is (`RETRIEVAL`, `CODE_GENERATION`,
 //! `CONVERSATIONAL`) and whether it refers to the code in the editor.
 //!
-//! `RulesClassifier` needs no model call: English and Spanish patterns. The flag it
-//! reports is "the words refer to the editor"; the pipeline sets EDITOR only when that
-//! holds *and* there is editor code to refer to.
+//! Two implementations of [`Classifier`]: `RulesClassifier` needs no model call (English
+//! and Spanish patterns); `LlmClassifier` asks the upstream model for two words
+//! (`RETRIEVAL EDITOR`, …), parses them strictly and falls back to the rules on a timeout,
+//! an error or any other answer. The flag reported is "the words refer to the editor"; the
+//! pipeline sets EDITOR only when that holds *and* there is editor code to refer to.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::llm::{self, ChatModel, GenParams, Input, Message, Role, UpstreamRequest};
+use crate::pipeline::prompts::render;
 
 /// The three kinds of turn the reference distinguishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,6 +50,28 @@ pub struct Classification {
     pub query_type: QueryType,
     /// The query's words point at the editor ("this code", "qué hace esto", …).
     pub refers_to_editor: bool,
+}
+
+/// What a classifier looks at.
+pub struct ClassifyInput<'a> {
+    /// The latest user message.
+    pub query: &'a str,
+    /// The conversation before it (oldest first).
+    pub history: &'a [Message],
+    /// The editor selection, possibly empty.
+    pub selection: &'a str,
+}
+
+/// A classification and what made it (`rules`, `llm`, or `rules-fallback`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub classification: Classification,
+    pub by: &'static str,
+}
+
+#[async_trait]
+pub trait Classifier: Send + Sync {
+    async fn classify(&self, input: &ClassifyInput<'_>) -> Decision;
 }
 
 /// Words that point at code the user is looking at.
@@ -331,6 +363,140 @@ impl RulesClassifier {
     }
 }
 
+#[async_trait]
+impl Classifier for RulesClassifier {
+    async fn classify(&self, input: &ClassifyInput<'_>) -> Decision {
+        Decision {
+            classification: RulesClassifier::classify(self, input.query),
+            by: "rules",
+        }
+    }
+}
+
+/// Asks the upstream model (the reference's two-word prompt).
+pub struct LlmClassifier {
+    pub chat: Arc<dyn ChatModel>,
+    pub model: String,
+    pub template: String,
+    pub timeout: Duration,
+    /// Latest messages of the conversation shown to the model.
+    pub history_messages: usize,
+}
+
+/// Longest selection shown to the classifier, in characters.
+const SELECTION_CHARS: usize = 2000;
+
+impl LlmClassifier {
+    fn prompt(&self, input: &ClassifyInput<'_>) -> String {
+        let from = input.history.len().saturating_sub(self.history_messages);
+        let history = format_history(&input.history[from..], 500);
+        let selection = if input.selection.trim().is_empty() {
+            String::new()
+        } else {
+            format!(
+                "<editor_selection>\n{}\n</editor_selection>\n",
+                truncate_chars(input.selection, SELECTION_CHARS)
+            )
+        };
+        render(
+            &self.template,
+            &[
+                ("history", &history),
+                ("selection", &selection),
+                ("query", input.query),
+            ],
+        )
+    }
+}
+
+#[async_trait]
+impl Classifier for LlmClassifier {
+    async fn classify(&self, input: &ClassifyInput<'_>) -> Decision {
+        let request = UpstreamRequest {
+            model: self.model.clone(),
+            input: Input::Chat(vec![Message::text(Role::User, self.prompt(input))]),
+            params: GenParams {
+                max_tokens: Some(8),
+                temperature: Some(0.0),
+                ..GenParams::default()
+            },
+            tools: Vec::new(),
+            tool_choice: None,
+        };
+        let answer =
+            tokio::time::timeout(self.timeout, llm::complete(self.chat.as_ref(), request)).await;
+        let reason = match answer {
+            Ok(Ok(text)) => match parse_two_words(&text) {
+                Some(classification) => {
+                    return Decision {
+                        classification,
+                        by: "llm",
+                    }
+                }
+                None => format!("unparsable answer ({} chars)", text.len()),
+            },
+            Ok(Err(e)) => format!("upstream error: {e}"),
+            Err(_) => format!("no answer within {} ms", self.timeout.as_millis()),
+        };
+        tracing::warn!(reason = %reason, "classifier: falling back to the rules");
+        Decision {
+            classification: RulesClassifier.classify(input.query),
+            by: "rules-fallback",
+        }
+    }
+}
+
+/// `TYPE SIGNAL` and nothing else: `RETRIEVAL EDITOR`, `CONVERSATIONAL NO_EDITOR`, …
+pub fn parse_two_words(answer: &str) -> Option<Classification> {
+    let mut words = answer.split_whitespace();
+    let (Some(kind), Some(signal), None) = (words.next(), words.next(), words.next()) else {
+        return None;
+    };
+    let query_type = match kind {
+        "RETRIEVAL" => QueryType::Retrieval,
+        "CODE_GENERATION" => QueryType::CodeGeneration,
+        "CONVERSATIONAL" => QueryType::Conversational,
+        _ => return None,
+    };
+    let refers_to_editor = match signal {
+        "EDITOR" => true,
+        "NO_EDITOR" => false,
+        _ => return None,
+    };
+    Some(Classification {
+        query_type,
+        refers_to_editor,
+    })
+}
+
+/// `user: …` / `assistant: …` lines, each message cut to `max_chars`; `(none)` if empty.
+pub(crate) fn format_history(messages: &[Message], max_chars: usize) -> String {
+    let lines: Vec<String> = messages
+        .iter()
+        .filter(|m| matches!(m.role, Role::User | Role::Assistant) && !m.content.trim().is_empty())
+        .map(|m| {
+            format!(
+                "{}: {}",
+                m.role.as_str(),
+                truncate_chars(m.content.trim(), max_chars)
+            )
+        })
+        .collect();
+    if lines.is_empty() {
+        "(none)".to_string()
+    } else {
+        lines.join("\n")
+    }
+}
+
+/// The first `max` characters of `text`, with an ellipsis when cut.
+pub(crate) fn truncate_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_string(),
+        Some((at, _)) => format!("{}…", &text[..at]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,5 +515,28 @@ mod tests {
         );
         assert!(c.classify("¿Qué hace esto?").refers_to_editor);
         assert!(!c.classify("¿Qué es un endpoint?").refers_to_editor);
+    }
+
+    #[test]
+    fn two_words_are_parsed_strictly() {
+        let ok = parse_two_words(" CODE_GENERATION EDITOR\n").unwrap();
+        assert_eq!(ok.query_type, QueryType::CodeGeneration);
+        assert!(ok.refers_to_editor);
+        assert!(
+            !parse_two_words("RETRIEVAL NO_EDITOR")
+                .unwrap()
+                .refers_to_editor
+        );
+        for bad in [
+            "",
+            "RETRIEVAL",
+            "retrieval no_editor",
+            "RETRIEVAL NO_EDITOR.",
+            "RETRIEVAL EDITOR because",
+            "The answer is RETRIEVAL",
+            "SEARCH EDITOR",
+        ] {
+            assert_eq!(parse_two_words(bad), None, "{bad:?}");
+        }
     }
 }

@@ -1,16 +1,22 @@
 //! The pipeline every chat endpoint shares. A turn goes in, a stream of events comes out;
 //! the HTTP dialects only parse turns and render events.
 //!
-//! Today the assistant model is generate-only (system prompt + the client's messages →
-//! upstream). Classification, reformulation, retrieval, assembly and sessions slot in
-//! inside `Pipeline::run` without touching the HTTP layer.
+//! For the assistant model a turn goes through: session (wait for the session's earlier
+//! turns, load its window) → classify → reformulate → retrieve → assemble → generate →
+//! save the turn. Each stage logs one line with its time and decision (sizes and flags,
+//! never content). Other models, with passthrough on, go straight to the upstream.
 
+pub mod assemble;
 pub mod classify;
+pub mod prompts;
+pub mod reformulate;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::context::EditorContext;
@@ -19,6 +25,11 @@ use crate::llm::{
     ChatModel, Chunk, ChunkStream, FinishReason, Input, Message, ModelCard, Role, ToolCall,
     UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamRequest, Usage,
 };
+use crate::retrieval::hybrid::{Retriever, Scored};
+use crate::sessions::{Held, Sessions, Turn};
+use classify::{Classifier, ClassifyInput, QueryType};
+use prompts::Prompts;
+use reformulate::Reformulator;
 
 /// What a chat request asks for, whichever dialect it came in.
 #[derive(Debug, Clone)]
@@ -52,9 +63,36 @@ impl ChatTurn {
     }
 }
 
-/// What the pipeline streams back. `Done` or `Error` is always the last event.
+/// A knowledge chunk the answer was given, as clients receive it in `sources`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Source {
+    pub id: String,
+    pub file: String,
+    pub section: String,
+    pub lines: [usize; 2],
+    pub doc_type: &'static str,
+    pub score: f32,
+}
+
+impl Source {
+    fn of(hit: &Scored) -> Self {
+        let c = &hit.chunk;
+        Self {
+            id: c.chunk_id.clone(),
+            file: c.source_file.clone(),
+            section: c.section.clone(),
+            lines: [c.start_line, c.end_line],
+            doc_type: c.doc_type.as_str(),
+            score: hit.score,
+        }
+    }
+}
+
+/// What the pipeline streams back. `Done` or `Error` is always the last event. The
+/// assistant sends `Sources` first (possibly empty); passthrough never does.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
+    Sources(Vec<Source>),
     Delta(String),
     ToolCalls(Vec<ToolCall>),
     Done { finish: FinishReason, usage: Usage },
@@ -68,6 +106,8 @@ pub type EventStream = BoxStream<'static, Event>;
 pub struct Answer {
     pub text: String,
     pub tool_calls: Vec<ToolCall>,
+    /// `None` for passthrough models.
+    pub sources: Option<Vec<Source>>,
     pub finish: FinishReason,
     pub usage: Usage,
 }
@@ -98,11 +138,13 @@ enum Route {
 
 pub struct Pipeline {
     chat: Arc<dyn ChatModel>,
-    assistant_model: String,
-    upstream_model: String,
-    passthrough: bool,
-    system_prompt: String,
-    context_tokens: u32,
+    config: PipelineConfig,
+    classifier: Box<dyn Classifier>,
+    reformulator: Reformulator,
+    retriever: Arc<Retriever>,
+    sessions: Option<Arc<Sessions>>,
+    /// The upstream model's context window, once it was learned.
+    window: tokio::sync::OnceCell<usize>,
 }
 
 /// How a pipeline is set up (built from settings in `app`).
@@ -110,24 +152,43 @@ pub struct PipelineConfig {
     pub assistant_model: String,
     pub upstream_model: String,
     pub passthrough: bool,
-    pub system_prompt: String,
+    pub prompts: Prompts,
+    /// The window when the upstream reports none, and the cap on the one it reports.
     pub context_tokens: u32,
+    pub answer_reserve_tokens: u32,
+    pub cite_sources: bool,
+    /// Send the budgeted window as Ollama's `options.num_ctx`.
+    pub send_num_ctx: bool,
+}
+
+/// The parts a pipeline runs.
+pub struct Stages {
+    pub classifier: Box<dyn Classifier>,
+    pub reformulator: Reformulator,
+    pub retriever: Arc<Retriever>,
+    /// `None`: no conversation memory (e.g. `ask`).
+    pub sessions: Option<Arc<Sessions>>,
 }
 
 impl Pipeline {
-    pub fn new(chat: Arc<dyn ChatModel>, config: PipelineConfig) -> Self {
+    pub fn new(chat: Arc<dyn ChatModel>, config: PipelineConfig, stages: Stages) -> Self {
         Self {
             chat,
-            assistant_model: config.assistant_model,
-            upstream_model: config.upstream_model,
-            passthrough: config.passthrough,
-            system_prompt: config.system_prompt,
-            context_tokens: config.context_tokens,
+            config,
+            classifier: stages.classifier,
+            reformulator: stages.reformulator,
+            retriever: stages.retriever,
+            sessions: stages.sessions,
+            window: tokio::sync::OnceCell::new(),
         }
     }
 
+    pub fn sessions(&self) -> Option<&Arc<Sessions>> {
+        self.sessions.as_ref()
+    }
+
     pub fn assistant_model(&self) -> &str {
-        &self.assistant_model
+        &self.config.assistant_model
     }
 
     pub fn upstream_url(&self) -> &str {
@@ -136,14 +197,14 @@ impl Pipeline {
 
     /// `brunix` and `brunix:latest` are the same model.
     pub fn is_assistant(&self, model: &str) -> bool {
-        model == self.assistant_model
-            || model.strip_suffix(":latest") == Some(self.assistant_model.as_str())
+        let name = self.config.assistant_model.as_str();
+        model == name || model.strip_suffix(":latest") == Some(name)
     }
 
     fn route(&self, model: &str) -> Result<Route, GatewayError> {
         if self.is_assistant(model) {
             Ok(Route::Assistant)
-        } else if self.passthrough && !model.is_empty() {
+        } else if self.config.passthrough && !model.is_empty() {
             Ok(Route::Passthrough)
         } else {
             Err(GatewayError::model_not_found(model))
@@ -153,58 +214,220 @@ impl Pipeline {
     /// Runs a turn. Errors before the upstream accepted the request are returned here
     /// (the client gets an HTTP error); later ones arrive as `Event::Error`.
     pub async fn run(&self, turn: ChatTurn) -> Result<EventStream, GatewayError> {
-        let route = self.route(&turn.request.model)?;
-        if route == Route::Assistant {
-            let editor = turn.editor_context();
-            tracing::debug!(
-                selected_chars = editor.selected_text.len(),
-                editor_chars = editor.editor_content.len(),
-                extra_chars = editor.extra_context.len(),
-                items = editor.items.len(),
-                has_user_info = editor.user_info.is_some(),
-                session = turn.session_id.is_some(),
-                "editor context"
-            );
+        match self.route(&turn.request.model)? {
+            Route::Passthrough => {
+                let prompt_estimate = estimate_tokens(&turn.request.input);
+                let chunks = self.chat.stream(turn.request).await?;
+                Ok(answer_events(chunks, prompt_estimate, None))
+            }
+            Route::Assistant => self.run_assistant(turn).await,
         }
-        let mut request = turn.request;
-        if route == Route::Assistant {
-            request.model = self.upstream_model.clone();
-            request.input = self.assistant_input(request.input);
-        }
-        let prompt_estimate = estimate_tokens(&request.input);
-        let chunks = self.chat.stream(request).await?;
-        Ok(events(chunks, prompt_estimate))
     }
 
-    /// The assistant's conversation: its system prompt, then what the client sent.
-    fn assistant_input(&self, input: Input) -> Input {
-        let mut messages = vec![Message::text(Role::System, self.system_prompt.clone())];
-        match input {
-            Input::Chat(client) => messages.extend(client),
-            Input::Prompt {
-                prompt,
-                system,
-                images,
-                ..
-            } => {
-                if let Some(s) = system.filter(|s| !s.trim().is_empty()) {
-                    messages.push(Message::text(Role::System, s));
+    async fn run_assistant(&self, turn: ChatTurn) -> Result<EventStream, GatewayError> {
+        let started = Instant::now();
+        let editor = turn.editor_context();
+        let ChatTurn {
+            mut request,
+            session_id,
+            ..
+        } = turn;
+        let messages = client_messages(std::mem::replace(&mut request.input, Input::Chat(vec![])));
+        let query = messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::User)
+            .map(|m| m.content.clone())
+            .unwrap_or_default();
+
+        // Session: earlier turns of the same session finish first.
+        let t = Instant::now();
+        let held = match (&self.sessions, &session_id) {
+            (Some(sessions), Some(id)) if !id.trim().is_empty() => Some(sessions.hold(id).await),
+            _ => None,
+        };
+        // A client that sends its own conversation keeps it; the stored one is for
+        // clients that send only the new message.
+        let client_has_history = messages.iter().any(|m| m.role == Role::Assistant);
+        let history: Vec<Message> = match &held {
+            Some(h) if !client_has_history => h.history.iter().flat_map(Turn::messages).collect(),
+            _ => Vec::new(),
+        };
+        tracing::info!(
+            stage = "session",
+            ms = ms(t),
+            session = held.is_some(),
+            stored_turns = held.as_ref().map_or(0, |h| h.history.len()),
+            used_messages = history.len(),
+            client_messages = messages.len(),
+            selected_chars = editor.selected_text.len(),
+            editor_chars = editor.editor_content.len(),
+            extra_chars = editor.extra_context.len(),
+            items = editor.items.len(),
+            "stage"
+        );
+        let conversation: Vec<Message> = history
+            .iter()
+            .chain(messages.iter().take(messages.len().saturating_sub(1)))
+            .cloned()
+            .collect();
+
+        let t = Instant::now();
+        let decision = self
+            .classifier
+            .classify(&ClassifyInput {
+                query: &query,
+                history: &conversation,
+                selection: &editor.selected_text,
+            })
+            .await;
+        let query_type = decision.classification.query_type;
+        let use_editor = decision.classification.refers_to_editor && editor.has_code();
+        tracing::info!(
+            stage = "classify",
+            ms = ms(t),
+            query_type = query_type.as_str(),
+            editor = if use_editor { "EDITOR" } else { "NO_EDITOR" },
+            refers_to_editor = decision.classification.refers_to_editor,
+            by = decision.by,
+            "stage"
+        );
+
+        let mut hits: Vec<Scored> = Vec::new();
+        if query_type != QueryType::Conversational {
+            let t = Instant::now();
+            let selection = use_editor.then_some(editor.selected_text.as_str());
+            let search = self
+                .reformulator
+                .reformulate(&query, query_type, &conversation, selection)
+                .await;
+            tracing::info!(
+                stage = "reformulate",
+                ms = ms(t),
+                query_chars = query.chars().count(),
+                search_chars = search.query.chars().count(),
+                anchored = search.anchored,
+                by = search.by,
+                "stage"
+            );
+            let t = Instant::now();
+            match self.retriever.find(&search.query).await {
+                Ok(found) => {
+                    tracing::info!(
+                        stage = "retrieve",
+                        ms = ms(t),
+                        lexical = found.lexical,
+                        dense = found.dense,
+                        fused = found.hits.len(),
+                        "stage"
+                    );
+                    hits = found.hits;
                 }
-                let mut user = Message::text(Role::User, prompt);
-                user.images = images;
-                messages.push(user);
+                Err(e) => {
+                    tracing::warn!(stage = "retrieve", ms = ms(t), error = %e, "retrieval failed: answering without knowledge")
+                }
             }
         }
-        Input::Chat(messages)
+
+        let t = Instant::now();
+        let window = self.window().await;
+        let answer_tokens = request
+            .params
+            .max_tokens
+            .unwrap_or(self.config.answer_reserve_tokens) as usize;
+        let assembled = assemble::assemble(assemble::Request {
+            prompts: &self.config.prompts,
+            query_type,
+            use_editor,
+            editor: &editor,
+            hits: &hits,
+            history,
+            messages,
+            window_tokens: window,
+            answer_tokens,
+        });
+        let cut: Vec<&str> = assembled
+            .sections
+            .iter()
+            .filter(|r| r.kept_chars < r.chars)
+            .map(|r| r.tag)
+            .collect();
+        tracing::info!(
+            stage = "assemble",
+            ms = ms(t),
+            window,
+            context_budget = assembled.context_budget,
+            sections = assembled.sections.len(),
+            cut = ?cut,
+            history_dropped = assembled.history_dropped,
+            messages = assembled.messages.len(),
+            "stage"
+        );
+
+        request.model = self.config.upstream_model.clone();
+        request.input = Input::Chat(assembled.messages);
+        if self.config.send_num_ctx && !request.params.extra_options.contains_key("num_ctx") {
+            request
+                .params
+                .extra_options
+                .insert("num_ctx".into(), Value::from(window));
+        }
+        let prompt_estimate = estimate_tokens(&request.input);
+        let sources: Vec<Source> = hits.iter().map(Source::of).collect();
+        let chunks = self.chat.stream(request).await?;
+        tracing::debug!(ms = ms(started), "upstream accepted the assistant turn");
+        let memory = match (held, &self.sessions) {
+            (Some(held), Some(sessions)) => Some(Memory {
+                sessions: sessions.clone(),
+                held: Some(held),
+                question: query,
+                answer: String::new(),
+            }),
+            _ => None,
+        };
+        Ok(answer_events(
+            chunks,
+            prompt_estimate,
+            Some(Assistant {
+                sources,
+                cite: self.config.cite_sources,
+                memory,
+                started,
+            }),
+        ))
+    }
+
+    /// The upstream model's context window: Ollama's `num_ctx`, else its trained length
+    /// (both capped by `assistant.context_tokens`), else `assistant.context_tokens`.
+    /// Learned once; an upstream that cannot tell yet is asked again next time.
+    async fn window(&self) -> usize {
+        let configured = self.config.context_tokens as usize;
+        if let Some(w) = self.window.get() {
+            return *w;
+        }
+        match tokio::time::timeout(
+            Duration::from_secs(2),
+            self.chat.show(&self.config.upstream_model),
+        )
+        .await
+        {
+            Ok(Ok(card)) => {
+                let reported = num_ctx(&card).or(card.context_length.map(|n| n as usize));
+                let window = reported.map_or(configured, |n| n.clamp(256, configured));
+                let _ = self.window.set(window);
+                window
+            }
+            _ => configured,
+        }
     }
 
     /// The assistant, then (with passthrough) the upstream's models. An unreachable
     /// upstream leaves the assistant listed alone.
     pub async fn models(&self) -> Vec<ServedModel> {
         let mut out = vec![ServedModel::Assistant {
-            name: self.assistant_model.clone(),
+            name: self.config.assistant_model.clone(),
         }];
-        if self.passthrough {
+        if self.config.passthrough {
             match self.chat.models().await {
                 Ok(models) => out.extend(
                     models
@@ -222,7 +445,7 @@ impl Pipeline {
     pub async fn model(&self, name: &str) -> Result<ServedModel, GatewayError> {
         if self.is_assistant(name) {
             return Ok(ServedModel::Assistant {
-                name: self.assistant_model.clone(),
+                name: self.config.assistant_model.clone(),
             });
         }
         self.route(name)?;
@@ -238,9 +461,9 @@ impl Pipeline {
     pub async fn show(&self, name: &str) -> Result<ModelCard, GatewayError> {
         match self.route(name)? {
             Route::Assistant => Ok(ModelCard {
-                context_length: Some(u64::from(self.context_tokens)),
+                context_length: Some(u64::from(self.config.context_tokens)),
                 details: None,
-                parameters: Some(format!("num_ctx {}", self.context_tokens)),
+                parameters: Some(format!("num_ctx {}", self.config.context_tokens)),
                 template: None,
                 capabilities: vec!["completion".into(), "tools".into()],
                 model_info: None,
@@ -255,35 +478,177 @@ impl Pipeline {
     }
 }
 
+/// The assistant's extras around an answer.
+struct Assistant {
+    sources: Vec<Source>,
+    cite: bool,
+    memory: Option<Memory>,
+    started: Instant,
+}
+
+/// The turn being answered, saved to its session when the answer ends, or, when the
+/// stream is dropped first (the client went away), saved as interrupted with what was
+/// streamed so far.
+struct Memory {
+    sessions: Arc<Sessions>,
+    held: Option<Held>,
+    question: String,
+    answer: String,
+}
+
+impl Memory {
+    fn turn(&mut self, interrupted: bool) -> Turn {
+        Turn {
+            user: std::mem::take(&mut self.question),
+            assistant: std::mem::take(&mut self.answer),
+            interrupted,
+            at: chrono::Utc::now().timestamp(),
+        }
+    }
+
+    async fn save(mut self, interrupted: bool) {
+        if let Some(held) = self.held.take() {
+            let turn = self.turn(interrupted);
+            self.sessions.save(held, turn).await;
+        }
+    }
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        let Some(held) = self.held.take() else { return };
+        let turn = self.turn(true);
+        let sessions = self.sessions.clone();
+        tracing::info!(
+            answer_chars = turn.assistant.len(),
+            "the answer was interrupted: saving what was streamed"
+        );
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move { sessions.save(held, turn).await });
+            }
+            Err(_) => tracing::error!("no runtime to save the interrupted turn"),
+        }
+    }
+}
+
 /// Upstream chunks → pipeline events; usage is estimated when the upstream gave none.
-fn events(mut chunks: ChunkStream, prompt_estimate: u64) -> EventStream {
+fn answer_events(
+    mut chunks: ChunkStream,
+    prompt_estimate: u64,
+    assistant: Option<Assistant>,
+) -> EventStream {
     async_stream::stream! {
+        let (sources, cite, mut memory, started) = match assistant {
+            Some(a) => (Some(a.sources), a.cite, a.memory, Some(a.started)),
+            None => (None, false, None, None),
+        };
+        if let Some(sources) = &sources {
+            yield Event::Sources(sources.clone());
+        }
         let mut deltas = 0u64;
         while let Some(item) = chunks.next().await {
             match item {
                 Ok(Chunk::Text(text)) => {
                     deltas += 1;
+                    if let Some(m) = memory.as_mut() {
+                        m.answer.push_str(&text);
+                    }
                     yield Event::Delta(text);
                 }
                 Ok(Chunk::ToolCalls(calls)) => yield Event::ToolCalls(calls),
                 Ok(Chunk::Done { finish, usage }) => {
+                    if let Some(list) = sources.as_deref().filter(|s| cite && !s.is_empty()) {
+                        let text = citation(list);
+                        if let Some(m) = memory.as_mut() {
+                            m.answer.push_str(&text);
+                        }
+                        yield Event::Delta(text);
+                    }
+                    if let Some(m) = memory.take() {
+                        m.save(false).await;
+                    }
                     let usage = usage.unwrap_or(Usage {
                         prompt_tokens: prompt_estimate,
                         completion_tokens: deltas,
                     });
+                    if let Some(started) = started {
+                        tracing::info!(
+                            stage = "generate",
+                            ms = ms(started),
+                            deltas,
+                            prompt_tokens = usage.prompt_tokens,
+                            completion_tokens = usage.completion_tokens,
+                            finish = finish.as_str(),
+                            "stage"
+                        );
+                    }
                     yield Event::Done { finish, usage };
                     return;
                 }
                 Err(e) => {
+                    if let Some(m) = memory.take() {
+                        m.save(true).await;
+                    }
                     yield Event::Error(e.into());
                     return;
                 }
             }
         }
+        if let Some(m) = memory.take() {
+            m.save(true).await;
+        }
         let closed = UpstreamError::new(UpstreamErrorKind::Closed, "upstream", "stream ended early");
         yield Event::Error(closed.into());
     }
     .boxed()
+}
+
+/// The "Sources:" list appended to the answer with `assistant.cite_sources`.
+fn citation(sources: &[Source]) -> String {
+    let mut text = String::from("\n\nSources:");
+    for s in sources {
+        text.push_str(&format!("\n- {}", s.file));
+        if !s.section.is_empty() {
+            text.push_str(&format!(" § {}", s.section));
+        }
+        text.push_str(&format!(" (lines {}-{})", s.lines[0], s.lines[1]));
+    }
+    text
+}
+
+/// The client's turn as chat messages (`/api/generate` prompts become a user message).
+fn client_messages(input: Input) -> Vec<Message> {
+    match input {
+        Input::Chat(messages) => messages,
+        Input::Prompt {
+            prompt,
+            system,
+            images,
+            ..
+        } => {
+            let mut out = Vec::new();
+            if let Some(s) = system.filter(|s| !s.trim().is_empty()) {
+                out.push(Message::text(Role::System, s));
+            }
+            let mut user = Message::text(Role::User, prompt);
+            user.images = images;
+            out.push(user);
+            out
+        }
+    }
+}
+
+/// `num_ctx` from an Ollama model's parameters.
+fn num_ctx(card: &ModelCard) -> Option<usize> {
+    card.parameters.as_deref()?.lines().find_map(|line| {
+        let mut words = line.split_whitespace();
+        (words.next() == Some("num_ctx")).then(|| words.next()?.parse().ok())?
+    })
+}
+
+fn ms(since: Instant) -> f64 {
+    (since.elapsed().as_secs_f64() * 1e5).round() / 100.0
 }
 
 /// Rough token count (4 characters a token) for upstreams that report no usage.
@@ -301,14 +666,17 @@ fn estimate_tokens(input: &Input) -> u64 {
 pub async fn collect(mut events: EventStream) -> Result<Answer, GatewayError> {
     let mut text = String::new();
     let mut tool_calls = Vec::new();
+    let mut sources = None;
     while let Some(event) = events.next().await {
         match event {
+            Event::Sources(s) => sources = Some(s),
             Event::Delta(t) => text.push_str(&t),
             Event::ToolCalls(calls) => tool_calls.extend(calls),
             Event::Done { finish, usage } => {
                 return Ok(Answer {
                     text,
                     tool_calls,
+                    sources,
                     finish,
                     usage,
                 })

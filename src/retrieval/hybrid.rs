@@ -25,6 +25,14 @@ pub struct Scored {
     pub score: f32,
 }
 
+/// A search's results and how many candidates each list gave (for the logs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    pub hits: Vec<Scored>,
+    pub lexical: usize,
+    pub dense: usize,
+}
+
 /// The state of the dense half, for `/ready`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DenseState {
@@ -132,6 +140,11 @@ impl Retriever {
         self.search_top(query, mode, self.settings.top_k).await
     }
 
+    /// The best `retrieval.top_k` chunks (hybrid), with each list's candidate count.
+    pub async fn find(&self, query: &str) -> anyhow::Result<Found> {
+        self.found(query, Mode::Hybrid, self.settings.top_k).await
+    }
+
     /// The best `top` chunks for `query`.
     pub async fn search_top(
         &self,
@@ -139,6 +152,10 @@ impl Retriever {
         mode: Mode,
         top: usize,
     ) -> anyhow::Result<Vec<Scored>> {
+        self.found(query, mode, top).await.map(|f| f.hits)
+    }
+
+    async fn found(&self, query: &str, mode: Mode, top: usize) -> anyhow::Result<Found> {
         let lang = Lang::detect(query);
         let weights = self.weights(mode, lang);
         // No embedding call when the dense list would not count.
@@ -164,6 +181,7 @@ impl Retriever {
         let weights = self.weights(mode, lang);
         self.search_prepared(query, lang, vector, weights, top)
             .await
+            .map(|f| f.hits)
     }
 
     fn weights(&self, mode: Mode, lang: Lang) -> (f32, f32) {
@@ -187,7 +205,7 @@ impl Retriever {
         vector: Option<&[f32]>,
         weights: (f32, f32),
         top: usize,
-    ) -> anyhow::Result<Vec<Scored>> {
+    ) -> anyhow::Result<Found> {
         let n = self.settings.candidates.max(top);
         let lexical = async {
             if weights.0 <= 0.0 {
@@ -204,7 +222,12 @@ impl Retriever {
             }
         };
         let (lexical, dense): (anyhow::Result<Vec<Hit>>, Vec<Hit>) = tokio::join!(lexical, dense);
-        Ok(self.fuse(query, &lexical?, &dense, weights, top))
+        let lexical = lexical?;
+        Ok(Found {
+            hits: self.fuse(query, &lexical, &dense, weights, top),
+            lexical: lexical.len(),
+            dense: dense.len(),
+        })
     }
 
     /// The query's vector, or `None` (and degraded) when the embedder fails.

@@ -29,6 +29,16 @@ impl Lang {
 
     /// The language `text` is most likely written in; English when nothing tells.
     pub fn detect(text: &str) -> Self {
+        let (es, en) = Self::evidence(text);
+        if es > en {
+            Lang::Es
+        } else {
+            Lang::En
+        }
+    }
+
+    /// How many signs of Spanish and of English `text` shows (function words, spelling).
+    pub fn evidence(text: &str) -> (i32, i32) {
         const ES: &[&str] = &[
             "el", "la", "los", "las", "un", "una", "unos", "unas", "de", "del", "que", "qué", "y",
             "en", "es", "son", "por", "para", "con", "sin", "como", "cómo", "cuál", "cuando",
@@ -62,11 +72,7 @@ impl Lang {
                 es += 1;
             }
         }
-        if es > en {
-            Lang::Es
-        } else {
-            Lang::En
-        }
+        (es, en)
     }
 }
 

@@ -1,0 +1,281 @@
+//! Building the messages the upstream model receives for an assistant turn.
+//!
+//! One system message: the system prompt, the instructions for the kind of question, and
+//! the context sections in priority order (selected code, open file, retrieved knowledge,
+//! extra context), fitted to what the window leaves once the answer, the question and the
+//! conversation are accounted for. Then the conversation, then the client's messages.
+//! Editor code (selection, open file, extra context) is included only when the question is
+//! about it; items the user attached explicitly (`additional_context`) always are.
+
+use crate::context::budget::{self, Entry, Section, SectionReport};
+use crate::context::EditorContext;
+use crate::llm::{Message, Role};
+use crate::pipeline::classify::QueryType;
+use crate::pipeline::prompts::Prompts;
+use crate::retrieval::hybrid::Scored;
+
+pub struct Request<'a> {
+    pub prompts: &'a Prompts,
+    pub query_type: QueryType,
+    /// The question is about the editor's code (and there is some).
+    pub use_editor: bool,
+    pub editor: &'a EditorContext,
+    pub hits: &'a [Scored],
+    /// Earlier turns from the session store (empty when the client sent its own).
+    pub history: Vec<Message>,
+    /// What the client sent for this turn.
+    pub messages: Vec<Message>,
+    /// The model's context window and the tokens kept free for the answer.
+    pub window_tokens: usize,
+    pub answer_tokens: usize,
+}
+
+pub struct Assembled {
+    pub messages: Vec<Message>,
+    pub sections: Vec<SectionReport>,
+    /// Tokens the context sections could use.
+    pub context_budget: usize,
+    /// Earlier messages left out because the window was too small for them.
+    pub history_dropped: usize,
+}
+
+/// Tokens a message costs beyond its text (role and separators), roughly.
+const MESSAGE_OVERHEAD: usize = 4;
+
+fn message_tokens(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .map(|m| budget::estimate_tokens(&m.content) + MESSAGE_OVERHEAD)
+        .sum()
+}
+
+pub fn assemble(req: Request<'_>) -> Assembled {
+    let instructions = match req.query_type {
+        QueryType::Retrieval => &req.prompts.retrieval,
+        QueryType::CodeGeneration => &req.prompts.code_generation,
+        QueryType::Conversational => &req.prompts.conversational,
+    };
+    let head = format!("{}\n\n{}", req.prompts.system, instructions);
+    let fixed = budget::estimate_tokens(&head)
+        + MESSAGE_OVERHEAD
+        + message_tokens(&req.messages)
+        + req.answer_tokens;
+    // The oldest conversation goes first when the window is too small for all of it.
+    let mut history = req.history;
+    let mut history_dropped = 0;
+    while !history.is_empty() && fixed + message_tokens(&history) > req.window_tokens {
+        let n = if history.len() >= 2 { 2 } else { 1 };
+        history.drain(..n);
+        history_dropped += n;
+    }
+    let context_budget = req
+        .window_tokens
+        .saturating_sub(fixed + message_tokens(&history));
+    let sections = sections(req.editor, req.use_editor, req.query_type, req.hits);
+    let (context, reports) = budget::fit(&sections, context_budget);
+    let mut system = head;
+    if !context.is_empty() {
+        system.push_str("\n\n");
+        system.push_str(context.trim_end());
+    }
+    let mut messages = Vec::with_capacity(1 + history.len() + req.messages.len());
+    messages.push(Message::text(Role::System, system));
+    messages.extend(history);
+    messages.extend(req.messages);
+    Assembled {
+        messages,
+        sections: reports,
+        context_budget,
+        history_dropped,
+    }
+}
+
+fn sections(
+    editor: &EditorContext,
+    use_editor: bool,
+    query_type: QueryType,
+    hits: &[Scored],
+) -> Vec<Section> {
+    let mut selected = Vec::new();
+    let mut open_file = Vec::new();
+    let mut extra = Vec::new();
+    let conversational = query_type == QueryType::Conversational;
+    if use_editor && !conversational {
+        if !editor.selected_text.trim().is_empty() {
+            selected.push(Entry {
+                header: editor
+                    .file_path
+                    .as_ref()
+                    .map(|p| format!("File: {p}"))
+                    .unwrap_or_default(),
+                body: editor.selected_text.clone(),
+            });
+        }
+        if !editor.editor_content.trim().is_empty() && !editor.file_in_message {
+            open_file.push(Entry {
+                header: editor
+                    .file_path
+                    .as_ref()
+                    .map(|p| format!("File: {p}"))
+                    .unwrap_or_default(),
+                body: editor.editor_content.clone(),
+            });
+        }
+        if !editor.extra_context.trim().is_empty() {
+            extra.push(Entry {
+                header: String::new(),
+                body: editor.extra_context.clone(),
+            });
+        }
+    }
+    if !conversational {
+        for item in editor.items.iter().filter(|i| !i.from_message) {
+            let name = item.path.as_deref().unwrap_or(&item.id);
+            let entry = Entry {
+                header: format!("{} {name}", item.category),
+                body: item.content.clone(),
+            };
+            if item.category == "file" {
+                open_file.push(entry);
+            } else {
+                selected.push(entry);
+            }
+        }
+    }
+    let knowledge = hits
+        .iter()
+        .enumerate()
+        .map(|(i, hit)| {
+            let c = &hit.chunk;
+            let mut header = format!("### [{}] {}", i + 1, c.source_file);
+            if !c.section.is_empty() {
+                header.push_str(&format!(" § {}", c.section));
+            }
+            header.push_str(&format!(" (lines {}-{})", c.start_line, c.end_line));
+            Entry {
+                header,
+                body: c.text.clone(),
+            }
+        })
+        .collect();
+    vec![
+        Section {
+            tag: "selected_code",
+            entries: selected,
+        },
+        Section {
+            tag: "open_file",
+            entries: open_file,
+        },
+        Section {
+            tag: "knowledge",
+            entries: knowledge,
+        },
+        Section {
+            tag: "extra_context",
+            entries: extra,
+        },
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::ContextItem;
+
+    fn editor() -> EditorContext {
+        EditorContext {
+            selected_text: "try { call() }".into(),
+            editor_content: "fn whole_file() {}".into(),
+            extra_context: "language: rust".into(),
+            ..EditorContext::default()
+        }
+    }
+
+    fn request<'a>(
+        prompts: &'a Prompts,
+        editor: &'a EditorContext,
+        use_editor: bool,
+        query_type: QueryType,
+    ) -> Request<'a> {
+        Request {
+            prompts,
+            query_type,
+            use_editor,
+            editor,
+            hits: &[],
+            history: vec![],
+            messages: vec![Message::text(Role::User, "why is this not catching?")],
+            window_tokens: 4096,
+            answer_tokens: 512,
+        }
+    }
+
+    #[test]
+    fn editor_code_only_when_the_question_is_about_it_in_priority_order() {
+        let prompts = Prompts::built_in();
+        let ed = editor();
+        let with = assemble(request(&prompts, &ed, true, QueryType::Retrieval));
+        let system = &with.messages[0].content;
+        let at = |s: &str| system.find(s).unwrap_or_else(|| panic!("{s} missing"));
+        assert!(at("<selected_code>") < at("<open_file>"));
+        assert!(at("<open_file>") < at("<extra_context>"));
+        assert!(system.contains("try { call() }") && system.contains("fn whole_file() {}"));
+        let without = assemble(request(&prompts, &ed, false, QueryType::Retrieval));
+        let system = &without.messages[0].content;
+        assert!(!system.contains("try { call() }") && !system.contains("whole_file"));
+        assert!(!system.contains("language: rust"));
+        let chat = assemble(request(&prompts, &ed, true, QueryType::Conversational));
+        assert!(!chat.messages[0].content.contains("try { call() }"));
+    }
+
+    #[test]
+    fn attached_items_always_come_and_message_blocks_are_not_repeated() {
+        let prompts = Prompts::built_in();
+        let mut ed = EditorContext::default();
+        ed.items.push(ContextItem {
+            category: "file".into(),
+            id: "src/a.rs".into(),
+            path: Some("src/a.rs".into()),
+            lines: None,
+            content: "struct Attached;".into(),
+            from_message: false,
+        });
+        ed.items.push(ContextItem {
+            category: "snippet".into(),
+            id: "src/b.rs".into(),
+            path: Some("src/b.rs".into()),
+            lines: Some((1, 2)),
+            content: "struct AlreadyInMessage;".into(),
+            from_message: true,
+        });
+        let out = assemble(request(&prompts, &ed, false, QueryType::Retrieval));
+        let system = &out.messages[0].content;
+        assert!(system.contains("<open_file>\nfile src/a.rs\nstruct Attached;"));
+        assert!(!system.contains("AlreadyInMessage"));
+    }
+
+    #[test]
+    fn history_is_dropped_oldest_first_when_the_window_is_small() {
+        let prompts = Prompts::built_in();
+        let ed = EditorContext::default();
+        let mut req = request(&prompts, &ed, false, QueryType::Retrieval);
+        req.history = (0..10)
+            .map(|i| {
+                let role = if i % 2 == 0 {
+                    Role::User
+                } else {
+                    Role::Assistant
+                };
+                Message::text(role, format!("turn {i} {}", "words ".repeat(100)))
+            })
+            .collect();
+        req.window_tokens = 1200;
+        let out = assemble(req);
+        assert!(out.history_dropped > 0 && out.history_dropped % 2 == 0);
+        assert!(out.messages[1]
+            .content
+            .starts_with(&format!("turn {}", out.history_dropped)));
+        assert!(message_tokens(&out.messages) + 512 <= 1200);
+    }
+}

@@ -1,0 +1,186 @@
+//! The assistant's prompt templates: built into the binary from `config/prompts/`, each
+//! replaceable by a file of the same name in `assistant.prompts_dir`.
+//!
+//! Templates use `{name}` placeholders; `render` fills them in one pass, so text that
+//! arrives in a value (a user's message containing `{query}`, say) is never expanded.
+
+use std::path::Path;
+
+use crate::config::{AssistantSettings, SettingsError};
+
+#[derive(Debug, Clone)]
+pub struct Prompts {
+    pub system: String,
+    /// Placeholders: `{history}`, `{selection}`, `{query}`.
+    pub classify: String,
+    /// Placeholders: `{anchor}`, `{history}`, `{mode}`, `{query}`.
+    pub reformulate: String,
+    /// Instructions added to the system prompt for each kind of question.
+    pub retrieval: String,
+    pub code_generation: String,
+    pub conversational: String,
+}
+
+const BUILT_IN: [(&str, &str); 6] = [
+    (
+        "system.txt",
+        include_str!("../../config/prompts/system.txt"),
+    ),
+    (
+        "classify.txt",
+        include_str!("../../config/prompts/classify.txt"),
+    ),
+    (
+        "reformulate.txt",
+        include_str!("../../config/prompts/reformulate.txt"),
+    ),
+    (
+        "retrieval.txt",
+        include_str!("../../config/prompts/retrieval.txt"),
+    ),
+    (
+        "code_generation.txt",
+        include_str!("../../config/prompts/code_generation.txt"),
+    ),
+    (
+        "conversational.txt",
+        include_str!("../../config/prompts/conversational.txt"),
+    ),
+];
+
+impl Prompts {
+    /// The built-in templates.
+    pub fn built_in() -> Self {
+        Self::from_fn(|name| Ok(built_in_text(name))).expect("built-in templates load")
+    }
+
+    /// Built-in templates, replaced by the files found in `assistant.prompts_dir`, and the
+    /// system prompt by `assistant.system_prompt_file` when set.
+    pub fn load(settings: &AssistantSettings) -> Result<Self, SettingsError> {
+        let dir = settings.prompts_dir.trim();
+        if !dir.is_empty() && !Path::new(dir).is_dir() {
+            return Err(SettingsError::new(
+                "assistant.prompts_dir",
+                format!("{dir} is not a folder"),
+            ));
+        }
+        let mut prompts = Self::from_fn(|name| {
+            let built_in = built_in_text(name);
+            if dir.is_empty() {
+                return Ok(built_in);
+            }
+            let path = Path::new(dir).join(name);
+            match std::fs::read_to_string(&path) {
+                Ok(text) => Ok(text.trim().to_string()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(built_in),
+                Err(e) => Err(SettingsError::new(
+                    "assistant.prompts_dir",
+                    format!("{}: {e}", path.display()),
+                )),
+            }
+        })?;
+        let file = settings.system_prompt_file.trim();
+        if !file.is_empty() {
+            prompts.system = std::fs::read_to_string(file)
+                .map(|s| s.trim().to_string())
+                .map_err(|e| {
+                    SettingsError::new("assistant.system_prompt_file", format!("{file}: {e}"))
+                })?;
+        }
+        Ok(prompts)
+    }
+
+    fn from_fn(
+        mut read: impl FnMut(&str) -> Result<String, SettingsError>,
+    ) -> Result<Self, SettingsError> {
+        Ok(Self {
+            system: read("system.txt")?,
+            classify: read("classify.txt")?,
+            reformulate: read("reformulate.txt")?,
+            retrieval: read("retrieval.txt")?,
+            code_generation: read("code_generation.txt")?,
+            conversational: read("conversational.txt")?,
+        })
+    }
+}
+
+fn built_in_text(name: &str) -> String {
+    BUILT_IN
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, text)| text.trim().to_string())
+        .expect("every template is built in")
+}
+
+/// Fills `{name}` placeholders in one pass; unknown placeholders stay as written.
+pub fn render(template: &str, values: &[(&str, &str)]) -> String {
+    let mut out =
+        String::with_capacity(template.len() + values.iter().map(|v| v.1.len()).sum::<usize>());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let value = after.find('}').and_then(|close| {
+            let name = &after[..close];
+            values
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v, close))
+        });
+        match value {
+            Some((v, close)) => {
+                out.push_str(v);
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_fills_once_and_leaves_the_rest() {
+        let out = render(
+            "[{mode}] {query} {unknown} {",
+            &[("mode", "RETRIEVAL"), ("query", "why {mode}?")],
+        );
+        assert_eq!(out, "[RETRIEVAL] why {mode}? {unknown} {");
+    }
+
+    #[test]
+    fn built_in_templates_carry_their_placeholders() {
+        let p = Prompts::built_in();
+        for name in ["{history}", "{selection}", "{query}"] {
+            assert!(p.classify.contains(name), "classify lacks {name}");
+        }
+        for name in ["{anchor}", "{history}", "{mode}", "{query}"] {
+            assert!(p.reformulate.contains(name), "reformulate lacks {name}");
+        }
+    }
+
+    #[test]
+    fn a_prompts_dir_replaces_only_the_files_it_has() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("retrieval.txt"), "Cite everything.\n").unwrap();
+        let settings = AssistantSettings {
+            model: "brunix".into(),
+            passthrough: false,
+            system_prompt_file: String::new(),
+            prompts_dir: dir.path().display().to_string(),
+            context_tokens: 8192,
+            answer_reserve_tokens: 1024,
+            cite_sources: false,
+        };
+        let p = Prompts::load(&settings).unwrap();
+        assert_eq!(p.retrieval, "Cite everything.");
+        assert_eq!(p.system, Prompts::built_in().system);
+    }
+}
