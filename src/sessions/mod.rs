@@ -169,7 +169,9 @@ pub(crate) fn use_clock() -> i64 {
     static LAST: AtomicI64 = AtomicI64::new(0);
     let now = chrono::Utc::now().timestamp_micros();
     let prev = LAST
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| Some(now.max(last + 1)))
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some(now.max(last + 1))
+        })
         .unwrap_or(now);
     now.max(prev + 1)
 }

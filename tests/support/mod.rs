@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -605,6 +606,7 @@ impl Writer {
 /// A gateway on 127.0.0.1:0 in front of `upstream`, with settings adjusted by `tweak`.
 pub struct Gateway {
     pub addr: SocketAddr,
+    pub settings: Settings,
     /// The gateway's data_dir, removed with it.
     _data: Option<tempfile::TempDir>,
     stop: Option<oneshot::Sender<()>>,
@@ -615,6 +617,24 @@ impl Gateway {
     pub async fn start(
         upstream: &ScriptedUpstream,
         provider: Provider,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        Self::start_inner(upstream, provider, false, tweak).await
+    }
+
+    /// Like `start`, with `examples/knowledge` ingested (BM25) into its data_dir first.
+    pub async fn with_knowledge(
+        upstream: &ScriptedUpstream,
+        provider: Provider,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        Self::start_inner(upstream, provider, true, tweak).await
+    }
+
+    async fn start_inner(
+        upstream: &ScriptedUpstream,
+        provider: Provider,
+        knowledge: bool,
         tweak: impl FnOnce(&mut Settings),
     ) -> Self {
         let mut settings = Settings::load_without_env(None).unwrap();
@@ -631,13 +651,24 @@ impl Gateway {
         settings.data_dir = data.path().to_path_buf();
         tweak(&mut settings);
         settings.validate().expect("test settings are valid");
+        if knowledge {
+            let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/knowledge");
+            assist_gateway::app::ingest(
+                &settings,
+                &[examples],
+                false,
+                &assist_gateway::ingest::Quiet,
+            )
+            .await
+            .expect("examples/knowledge ingests");
+        }
         let mut gateway = Self::with_settings(settings).await;
         gateway._data = Some(data);
         gateway
     }
 
     pub async fn with_settings(settings: Settings) -> Self {
-        let state = assist_gateway::app::build(settings).unwrap();
+        let state = assist_gateway::app::build(settings.clone()).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -646,10 +677,22 @@ impl Gateway {
         }));
         Self {
             addr,
+            settings,
             _data: None,
             stop: Some(stop),
             task,
         }
+    }
+
+    /// Stops the gateway (letting open streams finish) and starts a new one on the same
+    /// settings and data_dir, as a process restart would.
+    pub async fn restart(mut self) -> Self {
+        let data = self._data.take();
+        let settings = self.settings.clone();
+        self.shutdown().await.unwrap().unwrap();
+        let mut gateway = Self::with_settings(settings).await;
+        gateway._data = data;
+        gateway
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -770,4 +813,18 @@ impl From<&str> for Payload {
     fn from(s: &str) -> Self {
         Payload::Raw(s.to_string())
     }
+}
+
+/// The `assist-gateway` binary built with these tests.
+pub fn gateway_binary() -> std::path::PathBuf {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_assist-gateway") {
+        return path.into();
+    }
+    // target/<profile>/deps/<test> → target/<profile>/assist-gateway
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("assist-gateway")
 }
