@@ -6,6 +6,11 @@
 //! concurrencies, and prints latency added by the gateway (p50 / p99), requests per second,
 //! and the gateway's resident memory idle and under load.
 //!
+//! The `brunix` rows run the whole assistant pipeline (rules classifier, reformulator
+//! off, BM25 over `examples/knowledge` ingested first). A last run sends streamed
+//! assistant turns with editor context and a session id and reads the gateway's own JSON
+//! stage logs to report each stage's time before the first token.
+//!
 //! Environment: BENCH_REQUESTS (requests per scenario, default 2000), BENCH_TOKENS
 //! (tokens per answer, default 20).
 
@@ -23,6 +28,9 @@ use support::{Reply, ScriptedUpstream, UPSTREAM_MODEL};
 struct GatewayProcess {
     child: Child,
     url: String,
+    /// The gateway's log (JSON lines) and data_dir.
+    log: std::path::PathBuf,
+    _data: tempfile::TempDir,
 }
 
 impl Drop for GatewayProcess {
@@ -67,8 +75,22 @@ fn free_port() -> u16 {
 
 async fn start_gateway(upstream: &ScriptedUpstream) -> GatewayProcess {
     let port = free_port();
+    let data = tempfile::tempdir().unwrap();
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/knowledge");
+    let ingested = Command::new(gateway_binary())
+        .arg("ingest")
+        .arg(&examples)
+        .env("ASSIST__DATA_DIR", data.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run assist-gateway ingest");
+    assert!(ingested.success(), "ingest examples/knowledge");
+    let log = data.path().join("gateway.log");
     let child = Command::new(gateway_binary())
         .arg("serve")
+        .env("ASSIST__DATA_DIR", data.path())
+        .env("ASSIST__LOG__FORMAT", "json")
         .env("ASSIST__SERVER__ADDR", format!("127.0.0.1:{port}"))
         .env("ASSIST__LLM__PROVIDER", "openai")
         .env("ASSIST__LLM__BASE_URL", format!("{}/v1", upstream.root()))
@@ -76,13 +98,15 @@ async fn start_gateway(upstream: &ScriptedUpstream) -> GatewayProcess {
         .env("ASSIST__ASSISTANT__PASSTHROUGH", "true")
         .env("ASSIST__LOG__LEVEL", "info")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .expect("start the assist-gateway binary");
     // Owned from here on, so the process is killed and reaped on every path.
     let gateway = GatewayProcess {
         child,
         url: format!("http://127.0.0.1:{port}"),
+        log,
+        _data: data,
     };
     let client = reqwest::Client::new();
     for _ in 0..200 {
@@ -176,6 +200,85 @@ async fn load(
         ttft_us,
         seconds: started.elapsed().as_secs_f64(),
     }
+}
+
+/// Streamed assistant turns with editor context and sessions, one at a time; then each
+/// stage's time from the gateway's JSON logs.
+async fn stages(client: &reqwest::Client, gateway: &GatewayProcess, n: u64) {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let before = std::fs::read_to_string(&gateway.log)
+        .unwrap_or_default()
+        .len();
+    let user = json!({
+        "selected_text": b64("let port = env(\"BRISA_PORT\")\nserve(app, port: port)"),
+        "editor_content": b64(&"fn handler(req: Request) -> Response { ok() }\n".repeat(40)),
+    })
+    .to_string();
+    let url = format!("{}/v1/chat/completions", gateway.url);
+    let questions = [
+        "what does this code do?",
+        "Which environment variable overrides the server port?",
+        "¿Cómo lanzo varias consultas en paralelo?",
+        "write an endpoint that returns the current user",
+    ];
+    let mut ttft = Vec::new();
+    for i in 0..n {
+        let body = json!({"model": "brunix", "stream": true, "session_id": format!("bench-{}", i % 50),
+            "user": user, "messages": [{"role": "user", "content": questions[i as usize % questions.len()]}]});
+        let t = Instant::now();
+        let mut r = client.post(&url).json(&body).send().await.expect("request");
+        let mut text = Vec::new();
+        let mut first = None;
+        while let Some(chunk) = r.chunk().await.expect("body") {
+            text.extend_from_slice(&chunk);
+            if first.is_none() && text.windows(4).any(|w| w == b"tok0") {
+                first = Some(t.elapsed());
+            }
+        }
+        ttft.push(first.expect("an answer").as_micros() as u64);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = std::fs::read_to_string(&gateway.log).unwrap_or_default();
+    let mut by_stage: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for line in log[before..].lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let fields = &v["fields"];
+        if let (Some(stage), Some(ms)) = (fields["stage"].as_str(), fields["ms"].as_f64()) {
+            by_stage
+                .entry(stage.to_string())
+                .or_default()
+                .push((ms * 1000.0) as u64);
+        }
+    }
+    println!();
+    println!("assistant pipeline stages: {n} streamed turns, one at a time, with editor context and 50 sessions");
+    println!();
+    println!("| stage | p50 ms | p99 ms |");
+    println!("|---|---:|---:|");
+    for stage in [
+        "session",
+        "classify",
+        "reformulate",
+        "retrieve",
+        "assemble",
+        "generate",
+    ] {
+        if let Some(v) = by_stage.get(stage) {
+            println!(
+                "| {stage} | {:.3} | {:.3} |",
+                percentile(v, 0.5),
+                percentile(v, 0.99)
+            );
+        }
+    }
+    println!(
+        "| TTFT (client) | {:.3} | {:.3} |",
+        percentile(&ttft, 0.5),
+        percentile(&ttft, 0.99)
+    );
 }
 
 fn main() {
@@ -285,6 +388,7 @@ async fn bench() {
     }
     sampling.store(false, Ordering::Relaxed);
     let _ = sampler.await;
+    stages(&client, &gateway, total.min(1000)).await;
     println!();
     println!(
         "gateway RSS: idle {:.1} MiB, peak under load {:.1} MiB",

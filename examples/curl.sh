@@ -31,6 +31,22 @@ curl -sS "${AUTH[@]}" "$BASE/v1/chat/completions" -H 'Content-Type: application/
 }'
 echo
 
+echo "== OpenAI: a question about the selected code (editor context in the user field, base64)"
+SEL=$(printf '%s' 'let port = env("BRISA_PORT") ?? 8080' | base64 | tr -d '\n')
+USER_FIELD=$(printf '{"selected_text":"%s","user_info":{"dev_id":1,"project_id":1,"org_id":1}}' "$SEL")
+curl -sS "${AUTH[@]}" "$BASE/v1/chat/completions" -H 'Content-Type: application/json' -d "$(
+  python3 -c 'import json,sys; print(json.dumps({"model": "brunix", "session_id": "curl-demo",
+    "user": sys.argv[1], "messages": [{"role": "user", "content": "what does this code do?"}]}))' "$USER_FIELD")"
+echo
+echo "   (the response's \"sources\" field lists the knowledge chunks the answer was given)"
+
+echo "== OpenAI: the same session remembers the previous turns"
+curl -sS "${AUTH[@]}" "$BASE/v1/chat/completions" -H 'Content-Type: application/json' -d '{
+  "model": "brunix", "session_id": "curl-demo",
+  "messages": [{"role": "user", "content": "Summarise your previous answer in one line."}]
+}'
+echo
+
 echo "== Ollama: list models"
 curl -sS "${AUTH[@]}" "$BASE/api/tags"; echo
 

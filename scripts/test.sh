@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command: unit and integration tests (real router on 127.0.0.1
 # against a scripted upstream, real tantivy, the real embedding model) and the real
-# Python clients (openai, ollama).
+# Python clients (openai, ollama), and the Redis session store against a real redis-server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+./scripts/system-deps.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/assist-gateway/target}"
 ASSIST_PYTHON="$(./scripts/python-env.sh)"
 export ASSIST_PYTHON
