@@ -31,6 +31,30 @@ async fn health_and_readiness() {
     assert_eq!(v["checks"]["vectors"]["status"], "disabled");
     assert_eq!(v["checks"]["upstream"]["status"], "ok");
     assert_eq!(v["checks"]["upstream"]["url"], up.root());
+    assert_eq!(v["checks"]["sessions"]["status"], "ok");
+    assert_eq!(v["checks"]["sessions"]["sessions"], 0);
+
+    // A Redis session store that is not there: answers still come, readiness says why.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        s.sessions.backend = assist_gateway::config::SessionBackend::Redis;
+        s.sessions.redis_url = format!("redis://127.0.0.1:{port}");
+    })
+    .await;
+    let (status, v) = get_json(&gw.url("/ready")).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["checks"]["sessions"]["status"], "degraded", "{v}");
+    let (status, _, text) = post(
+        &gw.url("/v1/chat/completions"),
+        serde_json::json!({"model": "brunix", "session_id": "x",
+            "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
 
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", closed.local_addr().unwrap());

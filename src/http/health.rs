@@ -28,8 +28,26 @@ pub(crate) async fn ready(State(state): State<AppState>) -> Response {
             "reason": format!("upstream {url} did not answer within {} s", READY_TIMEOUT.as_secs())}),
     };
     let (lexical, vectors) = state.retriever.readiness().await;
+    let sessions = match state.pipeline.sessions() {
+        None => json!({"status": "disabled"}),
+        Some(s) => {
+            let store = s.store();
+            match tokio::time::timeout(READY_TIMEOUT, store.count()).await {
+                Ok(Ok(n)) => json!({"status": "ok", "store": store.describe(), "sessions": n}),
+                // Answers still come without memory.
+                Ok(Err(e)) => {
+                    json!({"status": "degraded", "store": store.describe(), "reason": format!("{e:#}")})
+                }
+                Err(_) => {
+                    json!({"status": "degraded", "store": store.describe(), "reason": "no answer in time"})
+                }
+            }
+        }
+    };
     let up = upstream["status"] == "ok";
-    let degraded = lexical["status"] != "ok" || vectors["status"] == "degraded";
+    let degraded = lexical["status"] != "ok"
+        || vectors["status"] == "degraded"
+        || sessions["status"] == "degraded";
     let overall = match (up, degraded) {
         (false, _) => "down",
         (true, true) => "degraded",
@@ -37,7 +55,7 @@ pub(crate) async fn ready(State(state): State<AppState>) -> Response {
     };
     let body = json!({
         "status": overall,
-        "checks": {"upstream": upstream, "lexical_index": lexical, "vectors": vectors},
+        "checks": {"upstream": upstream, "lexical_index": lexical, "vectors": vectors, "sessions": sessions},
     });
     // Degraded still serves (BM25 answers alone); only a missing upstream is not ready.
     let status = if up {
