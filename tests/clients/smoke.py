@@ -8,8 +8,13 @@ Usage: python smoke.py BASE_URL UPSTREAM_MODEL
 """
 
 import asyncio
+import os
 import sys
 
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no network at import
+
+import httpx
+import litellm
 import ollama
 import openai
 
@@ -93,12 +98,42 @@ def openai_async_stream():
     assert asyncio.run(run()) == ANSWER
 
 
+def openai_limits_and_stop():
+    r = oa.chat.completions.create(model="brunix", messages=user, max_tokens=2)
+    assert r.choices[0].message.content == "Hello from", r
+    assert r.choices[0].finish_reason == "length"
+    r = oa.chat.completions.create(model=UPSTREAM_MODEL, messages=user, stop=[" upstream"])
+    assert r.choices[0].message.content == "Hello from", r
+    assert r.choices[0].finish_reason == "stop"
+
+
+def openai_async_whole():
+    async def run():
+        client = openai.AsyncOpenAI(base_url=f"{BASE}/v1", api_key="k", max_retries=0)
+        return await client.chat.completions.create(model="brunix", messages=user)
+    r = asyncio.run(run())
+    assert r.choices[0].message.content == ANSWER and r.model == "brunix"
+
+
 def openai_completions():
     r = oa.completions.create(model="brunix", prompt="def add(a, b):", max_tokens=8)
     assert r.choices[0].text == ANSWER
 
 
 ol = ollama.Client(host=BASE)
+
+
+def httpx_raw_sse():
+    # What a hand-written client sees: SSE frames, each "data: {json}", then [DONE].
+    body = {"model": "brunix", "stream": True, "messages": user}
+    with httpx.stream("POST", f"{BASE}/v1/chat/completions", json=body, timeout=20) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        data = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert data[-1] == "[DONE]", data
+    import json
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == ANSWER
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
 def ollama_list_show_ps():
@@ -136,10 +171,37 @@ def ollama_unknown_model():
         raise AssertionError("expected ResponseError")
 
 
+def litellm_openai():
+    kw = dict(model="openai/brunix", api_base=f"{BASE}/v1", api_key="sk-anything", messages=user)
+    r = litellm.completion(**kw)
+    assert r.choices[0].message.content == ANSWER, r
+    assert r.usage.total_tokens > 0
+    text = "".join(c.choices[0].delta.content or "" for c in litellm.completion(stream=True, **kw))
+    assert text == ANSWER, text
+
+
+def litellm_ollama():
+    for model in ("ollama/brunix", "ollama_chat/brunix"):
+        kw = dict(model=model, api_base=BASE, messages=user)
+        r = litellm.completion(**kw)
+        assert r.choices[0].message.content == ANSWER, (model, r)
+        chunks = list(litellm.completion(stream=True, **kw))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks)
+        assert text == ANSWER, (model, text)
+
+
+def litellm_async():
+    async def run():
+        return await litellm.acompletion(model="openai/brunix", api_base=f"{BASE}/v1",
+                                         api_key="k", messages=user)
+    assert asyncio.run(run()).choices[0].message.content == ANSWER
+
+
+PREFIXES = ("openai_", "ollama_", "litellm_", "httpx_")
 for name, fn in list(globals().items()):
-    if name.startswith(("openai_", "ollama_")) and callable(fn):
+    if name.startswith(PREFIXES) and callable(fn):
         check(name, fn)
 
 print(f"{len(failures) == 0 and 'all' or 'some'} python client checks: "
-      f"{sum(1 for n in globals() if n.startswith(('openai_', 'ollama_')))} run, {len(failures)} failed")
+      f"{sum(1 for n in globals() if n.startswith(PREFIXES))} run, {len(failures)} failed")
 sys.exit(1 if failures else 0)

@@ -266,6 +266,63 @@ async fn show(body: Bytes) -> Response {
     .into_response()
 }
 
+/// Honours the request's token limit (`max_tokens`, `max_completion_tokens`, Ollama's
+/// `options.num_predict`: one scripted piece is one token, finish `length`) and stop
+/// strings (`stop`, `options.stop`: the text ends before the first one, finish `stop`),
+/// as a real server does.
+fn apply_limits(reply: Reply, body: &Value) -> Reply {
+    let Reply::Tokens {
+        mut tokens,
+        delay,
+        mut finish,
+    } = reply
+    else {
+        return reply;
+    };
+    let limit = body["max_tokens"]
+        .as_u64()
+        .or(body["max_completion_tokens"].as_u64())
+        .or(body["options"]["num_predict"].as_u64());
+    let stops: Vec<String> = [&body["stop"], &body["options"]["stop"]]
+        .into_iter()
+        .flat_map(|v| match v {
+            Value::String(s) => vec![s.clone()],
+            Value::Array(a) => a
+                .iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect(),
+            _ => vec![],
+        })
+        .filter(|s| !s.is_empty())
+        .collect();
+    let mut text = String::new();
+    for (i, t) in tokens.iter_mut().enumerate() {
+        text.push_str(t);
+        if let Some(at) = stops.iter().filter_map(|s| text.find(s.as_str())).min() {
+            let keep = t.len() - (text.len() - at);
+            t.truncate(keep);
+            let n = if t.is_empty() { i } else { i + 1 };
+            tokens.truncate(n);
+            return Reply::Tokens {
+                tokens,
+                delay,
+                finish: "stop",
+            };
+        }
+    }
+    if let Some(limit) = limit {
+        if (limit as usize) < tokens.len() {
+            tokens.truncate(limit as usize);
+            finish = "length";
+        }
+    }
+    Reply::Tokens {
+        tokens,
+        delay,
+        finish,
+    }
+}
+
 /// Which wire format a path speaks.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Wire {
@@ -310,6 +367,7 @@ async fn handle(
         };
         return (StatusCode::from_u16(status).unwrap(), axum::Json(body)).into_response();
     }
+    let reply = apply_limits(reply, &body);
     let stream = body["stream"]
         .as_bool()
         .unwrap_or(wire == Wire::OllamaChat || wire == Wire::OllamaGenerate);
