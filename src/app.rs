@@ -29,6 +29,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub pipeline: Arc<Pipeline>,
     pub retriever: Arc<Retriever>,
+    /// The knowledge base's embedder, also served by the embedding endpoints.
+    pub embedder: Option<Arc<dyn Embedder>>,
     pub started: chrono::DateTime<chrono::Utc>,
 }
 
@@ -160,21 +162,30 @@ pub async fn ingest(
 /// Builds the state: the upstream adapter, the pipeline, the knowledge indexes, the
 /// session store.
 pub fn build(settings: Settings) -> anyhow::Result<AppState> {
-    let (pipeline, retriever) = pipeline(&settings, true)?;
+    let Parts {
+        pipeline,
+        retriever,
+        embedder,
+    } = pipeline(&settings, true)?;
     Ok(AppState {
         retriever,
+        embedder,
         settings: Arc::new(settings),
         pipeline: Arc::new(pipeline),
         started: chrono::Utc::now(),
     })
 }
 
-/// The pipeline and its retriever; `with_sessions = false` runs without conversation
-/// memory (and without opening the session store).
-pub fn pipeline(
-    settings: &Settings,
-    with_sessions: bool,
-) -> anyhow::Result<(Pipeline, Arc<Retriever>)> {
+/// What `pipeline` builds.
+pub struct Parts {
+    pub pipeline: Pipeline,
+    pub retriever: Arc<Retriever>,
+    pub embedder: Option<Arc<dyn Embedder>>,
+}
+
+/// The pipeline, its retriever and embedder; `with_sessions = false` runs without
+/// conversation memory (and without opening the session store).
+pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Parts> {
     let chat = llm::from_settings(&settings.llm)?;
     let prompts = Prompts::load(&settings.assistant)?;
     let classifier: Box<dyn Classifier> = match settings.classifier.mode {
@@ -197,6 +208,7 @@ pub fn pipeline(
         }),
     };
     let knowledge = open_knowledge(settings, &index_dir(settings), false)?;
+    let embedder = knowledge.dense.as_ref().map(|(e, _)| e.clone());
     let retriever = Arc::new(retriever(settings, knowledge));
     let sessions = if with_sessions {
         let store = sessions::store_from_settings(&settings.sessions, &settings.data_dir)?;
@@ -227,7 +239,11 @@ pub fn pipeline(
             sessions,
         },
     );
-    Ok((pipeline, retriever))
+    Ok(Parts {
+        pipeline,
+        retriever,
+        embedder,
+    })
 }
 
 /// Serves until `shutdown` resolves, then lets open streams finish for at most

@@ -160,7 +160,7 @@ async fn ask(
     use futures::StreamExt;
     use std::io::Write;
 
-    let (pipeline, _) = assist_gateway::app::pipeline(&settings, session.is_some())?;
+    let pipeline = assist_gateway::app::pipeline(&settings, session.is_some())?.pipeline;
     // The editor context travels as the reference extension sends it: base64 fields in
     // the `user` JSON, so `ask` exercises the same parsing as the API.
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);

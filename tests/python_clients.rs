@@ -22,7 +22,14 @@ async fn openai_and_ollama_python_clients() {
     };
     for provider in [Provider::Ollama, Provider::Openai] {
         let up = ScriptedUpstream::start().await;
-        let gw = Gateway::start(&up, provider, |s| s.assistant.passthrough = true).await;
+        let gw = Gateway::start(&up, provider, |s| {
+            s.assistant.passthrough = true;
+            // Embeddings served from the scripted upstream (letter-count vectors).
+            s.embeddings.provider = assist_gateway::config::EmbeddingProvider::Ollama;
+            s.embeddings.base_url = up.root();
+            s.embeddings.model = "nomic-embed-text".into();
+        })
+        .await;
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/smoke.py");
         let out = tokio::process::Command::new(&python)
             .arg(script)

@@ -2,6 +2,7 @@
 //! middleware they share (request ids, access log, keys, body limit).
 
 mod auth;
+mod embeddings;
 mod error;
 mod health;
 mod ollama;
@@ -63,6 +64,9 @@ pub fn router(state: AppState) -> Router {
         .route("/api/show", post(ollama::show))
         .route("/api/version", get(ollama::version))
         .route("/api/ps", get(ollama::ps))
+        .route("/v1/embeddings", post(embeddings::openai))
+        .route("/api/embed", post(embeddings::ollama_embed))
+        .route("/api/embeddings", post(embeddings::ollama_legacy))
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
         .route("/", get(health::root))

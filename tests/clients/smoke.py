@@ -115,6 +115,28 @@ def openai_async_whole():
     assert r.choices[0].message.content == ANSWER and r.model == "brunix"
 
 
+def letters(text):
+    v = [0.0] * 26
+    for c in text.lower():
+        if "a" <= c <= "z":
+            v[ord(c) - 97] += 1
+    n = sum(x * x for x in v) ** 0.5
+    return [x / n for x in v]
+
+
+def near(a, b):
+    return len(a) == len(b) and all(abs(x - y) < 1e-6 for x, y in zip(a, b))
+
+
+def openai_embeddings():
+    # The SDK asks for base64 and decodes it itself.
+    r = oa.embeddings.create(model="nomic-embed-text", input=["abc", "hello"])
+    assert [d.index for d in r.data] == [0, 1]
+    assert near(r.data[1].embedding, letters("hello")), r.data[1].embedding[:5]
+    r = oa.embeddings.create(model="nomic-embed-text", input="abc", encoding_format="float")
+    assert near(r.data[0].embedding, letters("abc"))
+
+
 def openai_completions():
     r = oa.completions.create(model="brunix", prompt="def add(a, b):", max_tokens=8)
     assert r.choices[0].text == ANSWER
@@ -162,6 +184,12 @@ def ollama_generate():
     assert "".join(p.response for p in ol.generate(model="brunix", prompt="hello", stream=True)) == ANSWER
 
 
+def ollama_embed():
+    r = ol.embed(model="nomic-embed-text", input=["one", "two"])
+    assert near(r.embeddings[1], letters("two"))
+    assert near(ol.embeddings(model="nomic-embed-text", prompt="one").embedding, letters("one"))
+
+
 def ollama_unknown_model():
     try:
         ol.chat(model="no-such-model", messages=user, stream=False)
@@ -188,6 +216,12 @@ def litellm_ollama():
         chunks = list(litellm.completion(stream=True, **kw))
         text = "".join(c.choices[0].delta.content or "" for c in chunks)
         assert text == ANSWER, (model, text)
+
+
+def litellm_embedding():
+    r = litellm.embedding(model="openai/nomic-embed-text", api_base=f"{BASE}/v1",
+                          api_key="k", input=["abc"])
+    assert near(r.data[0]["embedding"], letters("abc"))
 
 
 def litellm_async():

@@ -1,0 +1,207 @@
+//! Embedding endpoints, served by the configured `Embedder` (the one the knowledge base
+//! uses): OpenAI `POST /v1/embeddings` (floats, or `encoding_format: "base64"`: little-endian
+//! f32 bytes, as the OpenAI SDKs decode them), Ollama `POST /api/embed` and the legacy
+//! `POST /api/embeddings`.
+
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::Response;
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::error_response;
+use super::{json_response, read_json, Dialect};
+use crate::app::AppState;
+use crate::error::GatewayError;
+
+/// A string or a list of strings (token-id arrays are not supported).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Texts {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Texts {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            Texts::One(s) => vec![s],
+            Texts::Many(v) => v,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct OpenAiRequest {
+    model: String,
+    input: Value,
+    #[serde(default)]
+    encoding_format: Option<String>,
+    #[serde(default)]
+    dimensions: Option<usize>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    user: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct OllamaEmbedRequest {
+    model: String,
+    input: Value,
+    #[serde(default)]
+    #[allow(dead_code)]
+    truncate: Option<bool>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    options: Option<Value>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    keep_alive: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct OllamaLegacyRequest {
+    model: String,
+    prompt: String,
+}
+
+/// The texts of an `input` field, or a 400 naming it.
+fn texts(input: Value) -> Result<Vec<String>, GatewayError> {
+    let texts = serde_json::from_value::<Texts>(input)
+        .map_err(|_| {
+            GatewayError::invalid(
+                "input",
+                "input must be a string or a list of strings (token arrays are not supported)",
+            )
+        })?
+        .into_vec();
+    if texts.is_empty() {
+        return Err(GatewayError::invalid("input", "input must not be empty"));
+    }
+    Ok(texts)
+}
+
+/// Embeds with the configured embedder, checking the model name the client asked for.
+async fn embed(
+    state: &AppState,
+    model: &str,
+    texts: &[String],
+) -> Result<Vec<Vec<f32>>, GatewayError> {
+    let Some(embedder) = state.embedder.as_ref() else {
+        return Err(GatewayError::model_not_found(model).with_message(format!(
+            "no embedding model is served (embeddings.provider = \"none\"); '{model}' is not available"
+        )));
+    };
+    if !serves(state, model) {
+        return Err(GatewayError::model_not_found(model).with_message(format!(
+            "embedding model '{model}' is not served; use '{}'",
+            state.settings.embeddings.model
+        )));
+    }
+    Ok(embedder.embed(texts).await?)
+}
+
+/// The configured embedding model answers to its name (with or without `:latest`), and,
+/// for the local embedder, to its folder's name too.
+fn serves(state: &AppState, model: &str) -> bool {
+    let e = &state.settings.embeddings;
+    let bare = model.strip_suffix(":latest").unwrap_or(model);
+    let folder = std::path::Path::new(e.path.trim_end_matches('/'))
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    bare == e.model.strip_suffix(":latest").unwrap_or(&e.model)
+        || (!folder.is_empty() && bare == folder)
+}
+
+fn token_estimate(texts: &[String]) -> usize {
+    texts.iter().map(|t| t.chars().count().div_ceil(4)).sum()
+}
+
+pub(crate) async fn openai(State(state): State<AppState>, body: Body) -> Response {
+    let result = async {
+        let req: OpenAiRequest = read_json(&state, body).await?;
+        let base64 = match req.encoding_format.as_deref() {
+            None | Some("float") => false,
+            Some("base64") => true,
+            Some(other) => {
+                return Err(GatewayError::invalid(
+                    "encoding_format",
+                    format!("encoding_format '{other}' is not 'float' or 'base64'"),
+                ))
+            }
+        };
+        let texts = texts(req.input)?;
+        let vectors = embed(&state, &req.model, &texts).await?;
+        if let Some(d) = req.dimensions {
+            if vectors.first().is_some_and(|v| v.len() != d) {
+                return Err(GatewayError::invalid(
+                    "dimensions",
+                    format!("this model's vectors have {} dimensions", vectors[0].len()),
+                ));
+            }
+        }
+        let data: Vec<Value> = vectors
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let embedding = if base64 {
+                    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                    json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+                } else {
+                    json!(v)
+                };
+                json!({"object": "embedding", "index": i, "embedding": embedding})
+            })
+            .collect();
+        let tokens = token_estimate(&texts);
+        Ok(json!({
+            "object": "list",
+            "data": data,
+            "model": req.model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }))
+    }
+    .await;
+    match result {
+        Ok(v) => json_response(v),
+        Err(e) => error_response(Dialect::OpenAi, &e),
+    }
+}
+
+pub(crate) async fn ollama_embed(State(state): State<AppState>, body: Body) -> Response {
+    let started = Instant::now();
+    let result = async {
+        let req: OllamaEmbedRequest = read_json(&state, body).await?;
+        let texts = texts(req.input)?;
+        let vectors = embed(&state, &req.model, &texts).await?;
+        Ok(json!({
+            "model": req.model,
+            "embeddings": vectors,
+            "total_duration": started.elapsed().as_nanos() as u64,
+            "load_duration": 0,
+            "prompt_eval_count": token_estimate(&texts),
+        }))
+    }
+    .await;
+    match result {
+        Ok(v) => json_response(v),
+        Err(e) => error_response(Dialect::Ollama, &e),
+    }
+}
+
+pub(crate) async fn ollama_legacy(State(state): State<AppState>, body: Body) -> Response {
+    let result = async {
+        let req: OllamaLegacyRequest = read_json(&state, body).await?;
+        let mut vectors = embed(&state, &req.model, &[req.prompt]).await?;
+        Ok(json!({"embedding": vectors.pop().unwrap_or_default()}))
+    }
+    .await;
+    match result {
+        Ok(v) => json_response(v),
+        Err(e) => error_response(Dialect::Ollama, &e),
+    }
+}
