@@ -33,6 +33,8 @@ pub struct ServerSettings {
     pub addr: String,
     #[serde(deserialize_with = "list_or_comma_string")]
     pub api_keys: Vec<String>,
+    #[serde(deserialize_with = "list_or_comma_string")]
+    pub cors_origins: Vec<String>,
     pub max_body_bytes: usize,
     pub shutdown_grace_secs: u64,
     pub ollama_version: String,
@@ -258,6 +260,18 @@ impl Settings {
                 "keys must not be empty",
             ));
         }
+        for origin in &self.server.cors_origins {
+            let ok = origin == "*"
+                || (origin.starts_with("http://") || origin.starts_with("https://"))
+                    && axum::http::HeaderValue::from_str(origin).is_ok()
+                    && !origin.ends_with('/');
+            if !ok {
+                return Err(SettingsError::new(
+                    "server.cors_origins",
+                    format!("'{origin}' is not \"*\" or an origin like https://chat.example.com"),
+                ));
+            }
+        }
         let model = self.assistant.model.trim();
         if model.is_empty() || model.contains(char::is_whitespace) {
             return Err(SettingsError::new(
@@ -440,6 +454,22 @@ mod tests {
             assert_eq!(s.data_dir, PathBuf::from("/tmp/x"));
             Ok(())
         });
+    }
+
+    #[test]
+    fn cors_origins_are_checked() {
+        let f = write("[server]\ncors_origins = [\"chat.example.com\"]\n");
+        let e = Settings::load_without_env(Some(f.path())).unwrap_err();
+        assert_eq!(e.key, "server.cors_origins");
+        let f = write("[server]\ncors_origins = [\"*\", \"http://localhost:3000\"]\n");
+        assert_eq!(
+            Settings::load_without_env(Some(f.path()))
+                .unwrap()
+                .server
+                .cors_origins
+                .len(),
+            2
+        );
     }
 
     #[test]

@@ -229,3 +229,64 @@ async fn graceful_shutdown_lets_open_streams_finish() {
         "no new connections after shutdown"
     );
 }
+
+#[tokio::test]
+async fn cors_for_browser_uis_with_preflights_that_need_no_key() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        s.server.cors_origins = vec!["https://chat.example.com".into()];
+        s.server.api_keys = vec!["secret".into()];
+    })
+    .await;
+    let preflight = client()
+        .request(reqwest::Method::OPTIONS, gw.url("/v1/chat/completions"))
+        .header("Origin", "https://chat.example.com")
+        .header("Access-Control-Request-Method", "POST")
+        .header(
+            "Access-Control-Request-Headers",
+            "authorization, content-type",
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(preflight.status().is_success(), "{}", preflight.status());
+    let h = preflight.headers();
+    assert_eq!(h["access-control-allow-origin"], "https://chat.example.com");
+    let allowed = h["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_lowercase();
+    assert!(allowed.contains("authorization") && allowed.contains("content-type"));
+
+    let r = client()
+        .get(gw.url("/v1/models"))
+        .header("Origin", "https://chat.example.com")
+        .bearer_auth("secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "https://chat.example.com"
+    );
+    // The key is still required for the real request; other origins get no CORS grant.
+    let r = client()
+        .get(gw.url("/v1/models"))
+        .header("Origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+
+    // Off by default: no CORS headers at all.
+    let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
+    let r = client()
+        .get(gw.url("/api/tags"))
+        .header("Origin", "https://chat.example.com")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+}

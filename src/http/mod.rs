@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde::de::DeserializeOwned;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
 use crate::app::AppState;
@@ -76,10 +77,37 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             auth::require_key,
         ))
+        // Outside the key check: browsers send preflights without credentials.
+        .layer(cors(&state.settings.server.cors_origins))
         .layer(middleware::from_fn(access_log))
         .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
         .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), MakeRequestUuid))
         .with_state(state)
+}
+
+/// CORS for browser UIs, from `server.cors_origins` (validated at start-up).
+fn cors(origins: &[String]) -> tower::util::Either<CorsLayer, tower::layer::util::Identity> {
+    use axum::http::{header, Method};
+    if origins.is_empty() {
+        return tower::util::Either::Right(tower::layer::util::Identity::new());
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| o.parse().ok()))
+    };
+    tower::util::Either::Left(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                REQUEST_ID.clone(),
+            ])
+            .expose_headers([REQUEST_ID.clone()])
+            .max_age(std::time::Duration::from_secs(3600)),
+    )
 }
 
 async fn not_found(req: Request) -> Response {
