@@ -231,6 +231,7 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
             answer_reserve_tokens: a.answer_reserve_tokens,
             cite_sources: a.cite_sources,
             send_num_ctx: settings.llm.provider == Provider::Ollama,
+            idle_timeout: Duration::from_secs(settings.llm.idle_timeout_secs),
         },
         Stages {
             classifier,

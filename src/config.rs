@@ -123,6 +123,7 @@ pub struct LlmSettings {
     pub api_key: String,
     pub connect_timeout_secs: u64,
     pub first_byte_timeout_secs: u64,
+    pub idle_timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -379,9 +380,12 @@ impl Settings {
                 "the redis backend needs a URL, e.g. redis://127.0.0.1:6379",
             ));
         }
-        if self.llm.connect_timeout_secs == 0 || self.llm.first_byte_timeout_secs == 0 {
+        if self.llm.connect_timeout_secs == 0
+            || self.llm.first_byte_timeout_secs == 0
+            || self.llm.idle_timeout_secs == 0
+        {
             return Err(SettingsError::new(
-                "llm.connect_timeout_secs / llm.first_byte_timeout_secs",
+                "llm.connect_timeout_secs / llm.first_byte_timeout_secs / llm.idle_timeout_secs",
                 "must be at least 1 second",
             ));
         }

@@ -364,3 +364,70 @@ async fn odd_bodies_never_crash_the_gateway() {
     let (status, _) = get_json(&gw.url("/health")).await;
     assert_eq!(status, 200, "still alive");
 }
+
+#[tokio::test]
+async fn an_upstream_silent_mid_answer_ends_with_a_timeout_event_and_keeps_the_partial_turn() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Openai, |s| s.llm.idle_timeout_secs = 1).await;
+    // OpenAI dialect: a token, then silence longer than the idle timeout.
+    up.push(Reply::Tokens {
+        tokens: vec!["slow".into()],
+        delay: Duration::from_secs(4),
+        finish: "stop",
+    });
+    let started = std::time::Instant::now();
+    let (status, _, body) = post(
+        &gw.url("/v1/chat/completions"),
+        json!({"model": "brunix", "stream": true, "session_id": "idle",
+            "messages": [{"role": "user", "content": "hello?"}]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the client is not left hanging"
+    );
+    let events = sse_events(&body);
+    let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
+    assert_eq!(last["error"]["code"], "upstream_timeout", "{body}");
+    assert!(last["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no token for 1 s"));
+    assert!(
+        eventually(3, || up.cancelled() == 1).await,
+        "the upstream was cancelled"
+    );
+
+    // The session keeps the question (answer interrupted) and the next turn goes through.
+    post(
+        &gw.url("/v1/chat/completions"),
+        json!({"model": "brunix", "session_id": "idle",
+            "messages": [{"role": "user", "content": "still there?"}]}),
+    )
+    .await;
+    let sent = up.last_request().body["messages"].clone();
+    assert_eq!(sent[1]["content"], "hello?");
+    assert_eq!(sent[2]["content"], "[answer interrupted]");
+
+    // Ollama dialect: the same, as an {"error"} line.
+    up.push(Reply::Tokens {
+        tokens: vec!["slow".into()],
+        delay: Duration::from_secs(4),
+        finish: "stop",
+    });
+    let (status, _, body) = post(
+        &gw.url("/api/chat"),
+        json!({"model": "brunix", "messages": [{"role": "user", "content": "hello?"}]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let lines = ndjson_lines(&body);
+    assert!(
+        lines.last().unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .contains("timed out"),
+        "{body}"
+    );
+}

@@ -159,6 +159,8 @@ pub struct PipelineConfig {
     pub cite_sources: bool,
     /// Send the budgeted window as Ollama's `options.num_ctx`.
     pub send_num_ctx: bool,
+    /// Longest wait for the next piece of an answer.
+    pub idle_timeout: Duration,
 }
 
 /// The parts a pipeline runs.
@@ -218,7 +220,12 @@ impl Pipeline {
             Route::Passthrough => {
                 let prompt_estimate = estimate_tokens(&turn.request.input);
                 let chunks = self.chat.stream(turn.request).await?;
-                Ok(answer_events(chunks, prompt_estimate, None))
+                Ok(answer_events(
+                    chunks,
+                    self.upstream(),
+                    prompt_estimate,
+                    None,
+                ))
             }
             Route::Assistant => self.run_assistant(turn).await,
         }
@@ -387,6 +394,7 @@ impl Pipeline {
         };
         Ok(answer_events(
             chunks,
+            self.upstream(),
             prompt_estimate,
             Some(Assistant {
                 sources,
@@ -395,6 +403,13 @@ impl Pipeline {
                 started,
             }),
         ))
+    }
+
+    fn upstream(&self) -> Upstream {
+        Upstream {
+            url: self.chat.base_url().to_string(),
+            idle_timeout: self.config.idle_timeout,
+        }
     }
 
     /// The upstream model's context window: Ollama's `num_ctx`, else its trained length
@@ -532,9 +547,18 @@ impl Drop for Memory {
     }
 }
 
-/// Upstream chunks → pipeline events; usage is estimated when the upstream gave none.
+/// Where an answer streams from, for its errors.
+struct Upstream {
+    url: String,
+    idle_timeout: Duration,
+}
+
+/// Upstream chunks → pipeline events; usage is estimated when the upstream gave none. An
+/// upstream silent for longer than the idle timeout ends the answer with a timeout error
+/// (dropping the chunk stream cancels the upstream request).
 fn answer_events(
     mut chunks: ChunkStream,
+    upstream: Upstream,
     prompt_estimate: u64,
     assistant: Option<Assistant>,
 ) -> EventStream {
@@ -547,7 +571,16 @@ fn answer_events(
             yield Event::Sources(sources.clone());
         }
         let mut deltas = 0u64;
-        while let Some(item) = chunks.next().await {
+        loop {
+            let item = match tokio::time::timeout(upstream.idle_timeout, chunks.next()).await {
+                Ok(Some(item)) => item,
+                Ok(None) => break,
+                Err(_) => Err(UpstreamError::new(
+                    UpstreamErrorKind::Timeout,
+                    &upstream.url,
+                    format!("no token for {} s", upstream.idle_timeout.as_secs_f64()),
+                )),
+            };
             match item {
                 Ok(Chunk::Text(text)) => {
                     deltas += 1;
@@ -598,7 +631,7 @@ fn answer_events(
         if let Some(m) = memory.take() {
             m.save(true).await;
         }
-        let closed = UpstreamError::new(UpstreamErrorKind::Closed, "upstream", "stream ended early");
+        let closed = UpstreamError::new(UpstreamErrorKind::Closed, &upstream.url, "stream ended early");
         yield Event::Error(closed.into());
     }
     .boxed()

@@ -36,7 +36,10 @@ impl Turn {
     pub fn messages(&self) -> [Message; 2] {
         let mut answer = self.assistant.clone();
         if self.interrupted {
-            answer.push_str(" [answer interrupted]");
+            if !answer.is_empty() {
+                answer.push(' ');
+            }
+            answer.push_str("[answer interrupted]");
         }
         [
             Message::text(Role::User, self.user.clone()),
