@@ -33,6 +33,9 @@ pub struct ServerSettings {
     pub addr: String,
     #[serde(deserialize_with = "list_or_comma_string")]
     pub api_keys: Vec<String>,
+    /// A file with more keys, one a line (`#` comments and blank lines ignored), read at
+    /// start-up and added to `api_keys`.
+    pub api_keys_file: String,
     #[serde(deserialize_with = "list_or_comma_string")]
     pub cors_origins: Vec<String>,
     pub max_body_bytes: usize,
@@ -225,7 +228,7 @@ impl Settings {
             }
             figment = figment.merge(Toml::file(path));
         }
-        let settings: Settings = figment.merge(env).extract().map_err(|e| {
+        let mut settings: Settings = figment.merge(env).extract().map_err(|e| {
             let key = if e.path.is_empty() {
                 "(file)".to_string()
             } else {
@@ -233,8 +236,33 @@ impl Settings {
             };
             SettingsError::new(&key, e.kind.to_string())
         })?;
+        settings.read_keys_file()?;
         settings.validate()?;
         Ok(settings)
+    }
+
+    /// Adds the keys of `server.api_keys_file` to `server.api_keys`.
+    fn read_keys_file(&mut self) -> Result<(), SettingsError> {
+        let path = self.server.api_keys_file.trim();
+        if path.is_empty() {
+            return Ok(());
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| SettingsError::new("server.api_keys_file", format!("{path}: {e}")))?;
+        let keys: Vec<String> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(String::from)
+            .collect();
+        if keys.is_empty() {
+            return Err(SettingsError::new(
+                "server.api_keys_file",
+                format!("{path} has no keys"),
+            ));
+        }
+        self.server.api_keys.extend(keys);
+        Ok(())
     }
 
     /// Checks what types alone cannot, naming the key at fault.
@@ -458,6 +486,20 @@ mod tests {
             assert_eq!(s.data_dir, PathBuf::from("/tmp/x"));
             Ok(())
         });
+    }
+
+    #[test]
+    fn api_keys_come_from_the_list_and_the_file() {
+        let keys = write("# team keys\nkey-one\n\n  key-two  \n");
+        let f = write(&format!(
+            "[server]\napi_keys = [\"inline\"]\napi_keys_file = \"{}\"\n",
+            keys.path().display()
+        ));
+        let s = Settings::load_without_env(Some(f.path())).unwrap();
+        assert_eq!(s.server.api_keys, ["inline", "key-one", "key-two"]);
+        let f = write("[server]\napi_keys_file = \"/nonexistent/keys\"\n");
+        let e = Settings::load_without_env(Some(f.path())).unwrap_err();
+        assert_eq!(e.key, "server.api_keys_file");
     }
 
     #[test]
