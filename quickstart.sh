@@ -28,8 +28,10 @@ echo "model: $gguf" >&2
 echo "embedder: $minilm" >&2
 
 step "2/4 building the gateway"
+# The same cached build as the tests (scripts/test.sh), so neither compiles twice.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/assist-gateway/target}"
 cargo build --release --locked
-bin="${CARGO_TARGET_DIR:-target}/release/assist-gateway"
+bin="$CARGO_TARGET_DIR/release/assist-gateway"
 
 # The gateway's settings for this setup (only what differs from config/default.toml).
 mkdir -p "$data"
