@@ -39,6 +39,8 @@ pub struct ServerSettings {
     #[serde(deserialize_with = "list_or_comma_string")]
     pub cors_origins: Vec<String>,
     pub max_body_bytes: usize,
+    pub max_messages: usize,
+    pub max_message_chars: usize,
     pub shutdown_grace_secs: u64,
     pub ollama_version: String,
 }
@@ -276,6 +278,12 @@ impl Settings {
                     format!("'{addr}' is not host:port"),
                 ))
             }
+        }
+        if self.server.max_messages == 0 || self.server.max_message_chars == 0 {
+            return Err(SettingsError::new(
+                "server.max_messages / server.max_message_chars",
+                "must be at least 1",
+            ));
         }
         if self.server.max_body_bytes < 1024 {
             return Err(SettingsError::new(

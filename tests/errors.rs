@@ -431,3 +431,45 @@ async fn an_upstream_silent_mid_answer_ends_with_a_timeout_event_and_keeps_the_p
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn too_many_or_too_long_messages_are_400_naming_the_field() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        s.server.max_messages = 3;
+        s.server.max_message_chars = 100;
+    })
+    .await;
+    let many: Vec<Value> = (0..4)
+        .map(|i| json!({"role": "user", "content": format!("m{i}")}))
+        .collect();
+    let long = json!([{"role": "user", "content": "x".repeat(101)}]);
+    for (path, messages, field) in [
+        ("/v1/chat/completions", json!(many), "messages"),
+        ("/v1/chat/completions", long.clone(), "messages[0].content"),
+        ("/api/chat", json!(many), "messages"),
+        ("/api/chat", long, "messages[0].content"),
+    ] {
+        let (status, _, text) = post(
+            &gw.url(path),
+            json!({"model": "brunix", "stream": false, "messages": messages}),
+        )
+        .await;
+        assert_eq!(status, 400, "{path}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let message = if path.starts_with("/v1") {
+            assert_eq!(v["error"]["param"], field);
+            v["error"]["message"].as_str().unwrap().to_string()
+        } else {
+            v["error"].as_str().unwrap().to_string()
+        };
+        assert!(message.contains(field), "{message}");
+    }
+    let (status, _, text) = post(
+        &gw.url("/api/generate"),
+        json!({"model": "brunix", "stream": false, "prompt": "y".repeat(101)}),
+    )
+    .await;
+    assert_eq!(status, 400, "{text}");
+    assert!(up.requests().is_empty(), "nothing reached the upstream");
+}

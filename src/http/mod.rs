@@ -173,6 +173,44 @@ fn request_id(headers: &HeaderMap) -> String {
         .to_string()
 }
 
+/// The request-size limits beyond the body size: how many messages, how long each.
+fn check_limits(state: &AppState, turn: &crate::pipeline::ChatTurn) -> Result<(), GatewayError> {
+    use crate::llm::Input;
+    let server = &state.settings.server;
+    let texts: Vec<(String, usize)> = match &turn.request.input {
+        Input::Chat(messages) => {
+            if messages.len() > server.max_messages {
+                return Err(GatewayError::invalid(
+                    "messages",
+                    format!(
+                        "{} messages is more than the {} accepted (server.max_messages)",
+                        messages.len(),
+                        server.max_messages
+                    ),
+                ));
+            }
+            messages
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (format!("messages[{i}].content"), m.content.chars().count()))
+                .collect()
+        }
+        Input::Prompt { prompt, .. } => vec![("prompt".into(), prompt.chars().count())],
+    };
+    for (field, chars) in texts {
+        if chars > server.max_message_chars {
+            return Err(GatewayError::invalid(
+                field.clone(),
+                format!(
+                    "{field} has {chars} characters, more than the {} accepted (server.max_message_chars)",
+                    server.max_message_chars
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Reads and parses a JSON body, in the limits the settings give. Errors name the field.
 async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<T, GatewayError> {
     let limit = state.settings.server.max_body_bytes;

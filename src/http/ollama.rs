@@ -16,8 +16,8 @@ use serde_json::{json, Map, Value};
 
 use super::error::ollama_body;
 use super::{
-    error_response, failed, json_response, read_json, rfc3339_now, streaming_response, Dialect,
-    RequestLog, WireToolCall,
+    check_limits, error_response, failed, json_response, read_json, rfc3339_now,
+    streaming_response, Dialect, RequestLog, WireToolCall,
 };
 use crate::app::AppState;
 use crate::error::GatewayError;
@@ -248,6 +248,9 @@ async fn respond(
             }
             Err(e) => failed(log, e),
         };
+    }
+    if let Err(e) = check_limits(&state, &turn) {
+        return failed(log, e);
     }
     let events = match state.pipeline.run(turn).await {
         Ok(events) => events,

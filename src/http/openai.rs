@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 
 use super::error::openai_body;
 use super::{
-    error_response, failed, json_response, read_json, streaming_response, unix_now, Dialect,
-    RequestLog, WireToolCall,
+    check_limits, error_response, failed, json_response, read_json, streaming_response, unix_now,
+    Dialect, RequestLog, WireToolCall,
 };
 use crate::app::AppState;
 use crate::error::GatewayError;
@@ -345,6 +345,9 @@ async fn respond(
     };
     let model = turn.request.model.clone();
     log.request(&model, shape.stream);
+    if let Err(e) = check_limits(&state, &turn) {
+        return failed(log, e);
+    }
     let events = match state.pipeline.run(turn).await {
         Ok(events) => events,
         Err(e) => return failed(log, e),
