@@ -72,23 +72,26 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
+# wait_until URL PID WHAT: until URL answers (60 s at most), failing if PID has exited.
+wait_until() {
+  for _ in $(seq 1 240); do
+    curl -fsS "$1" >/dev/null 2>&1 && return 0
+    kill -0 "$2" 2>/dev/null || { echo "$3 stopped" >&2; exit 1; }
+    sleep 0.25
+  done
+  echo "$3 did not start within 60 s" >&2
+  exit 1
+}
+
 OMP_WAIT_POLICY=PASSIVE "$python" -m llama_cpp.server --model "$gguf" --model_alias smollm2 \
   --host 127.0.0.1 --port "$model_port" --n_threads 1 --n_ctx 2048 \
   >"$data/model-server.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 1 120); do
-  curl -fsS "http://127.0.0.1:$model_port/v1/models" >/dev/null 2>&1 && break
-  kill -0 "${pids[0]}" 2>/dev/null || { echo "the model server stopped; see $data/model-server.log" >&2; exit 1; }
-  sleep 0.5
-done
+wait_until "http://127.0.0.1:$model_port/v1/models" "${pids[0]}" "the model server (see $data/model-server.log)"
 
 "$bin" serve --config "$config" &
 pids+=($!)
-for _ in $(seq 1 120); do
-  curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-  kill -0 "${pids[1]}" 2>/dev/null || { echo "the gateway stopped" >&2; exit 1; }
-  sleep 0.25
-done
+wait_until "http://127.0.0.1:$port/health" "${pids[1]}" "the gateway"
 
 cat >&2 <<EOF
 

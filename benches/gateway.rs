@@ -153,6 +153,24 @@ impl Run {
 
 /// Sends `total` requests with `concurrency` workers; every response must be a 200 with
 /// the full answer, or the run fails.
+/// One request read to the end: microseconds to the first answer token and to the end.
+async fn timed_post(client: &reqwest::Client, url: &str, body: &serde_json::Value) -> (u64, u64) {
+    let t = Instant::now();
+    let mut r = client.post(url).json(body).send().await.expect("request");
+    assert_eq!(r.status(), 200);
+    let mut text = Vec::new();
+    let mut first = None;
+    while let Some(chunk) = r.chunk().await.expect("body") {
+        text.extend_from_slice(&chunk);
+        if first.is_none() && text.windows(4).any(|w| w == b"tok0") {
+            first = Some(t.elapsed());
+        }
+    }
+    let first =
+        first.unwrap_or_else(|| panic!("no answer in {:.200}", String::from_utf8_lossy(&text)));
+    (first.as_micros() as u64, t.elapsed().as_micros() as u64)
+}
+
 async fn load(
     client: &reqwest::Client,
     url: &str,
@@ -169,22 +187,9 @@ async fn load(
         workers.push(tokio::spawn(async move {
             let (mut lat, mut ttft) = (Vec::new(), Vec::new());
             while next.fetch_add(1, Ordering::Relaxed) < total {
-                let t = Instant::now();
-                let mut r = client.post(&url).json(&body).send().await.expect("request");
-                assert_eq!(r.status(), 200);
-                let mut text = Vec::new();
-                let mut first = None;
-                while let Some(chunk) = r.chunk().await.expect("body") {
-                    text.extend_from_slice(&chunk);
-                    if first.is_none() && text.windows(4).any(|w| w == b"tok0") {
-                        first = Some(t.elapsed());
-                    }
-                }
-                let first = first.unwrap_or_else(|| {
-                    panic!("no answer in {:.200}", String::from_utf8_lossy(&text))
-                });
-                ttft.push(first.as_micros() as u64);
-                lat.push(t.elapsed().as_micros() as u64);
+                let (first, whole) = timed_post(&client, &url, &body).await;
+                ttft.push(first);
+                lat.push(whole);
             }
             (lat, ttft)
         }));
@@ -226,17 +231,7 @@ async fn stages(client: &reqwest::Client, gateway: &GatewayProcess, n: u64) {
     for i in 0..n {
         let body = json!({"model": "brunix", "stream": true, "session_id": format!("bench-{}", i % 50),
             "user": user, "messages": [{"role": "user", "content": questions[i as usize % questions.len()]}]});
-        let t = Instant::now();
-        let mut r = client.post(&url).json(&body).send().await.expect("request");
-        let mut text = Vec::new();
-        let mut first = None;
-        while let Some(chunk) = r.chunk().await.expect("body") {
-            text.extend_from_slice(&chunk);
-            if first.is_none() && text.windows(4).any(|w| w == b"tok0") {
-                first = Some(t.elapsed());
-            }
-        }
-        ttft.push(first.expect("an answer").as_micros() as u64);
+        ttft.push(timed_post(client, &url, &body).await.0);
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let log = std::fs::read_to_string(&gateway.log).unwrap_or_default();

@@ -13,26 +13,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::error_response;
-use super::{json_response, read_json, Dialect};
+use super::{json_response, read_json, Dialect, OneOrMany};
 use crate::app::AppState;
 use crate::error::GatewayError;
-
-/// A string or a list of strings (token-id arrays are not supported).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Texts {
-    One(String),
-    Many(Vec<String>),
-}
-
-impl Texts {
-    fn into_vec(self) -> Vec<String> {
-        match self {
-            Texts::One(s) => vec![s],
-            Texts::Many(v) => v,
-        }
-    }
-}
 
 #[derive(Deserialize)]
 struct OpenAiRequest {
@@ -70,7 +53,7 @@ struct OllamaLegacyRequest {
 
 /// The texts of an `input` field, or a 400 naming it.
 fn texts(input: Value) -> Result<Vec<String>, GatewayError> {
-    let texts = serde_json::from_value::<Texts>(input)
+    let texts = serde_json::from_value::<OneOrMany>(input)
         .map_err(|_| {
             GatewayError::invalid(
                 "input",

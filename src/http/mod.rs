@@ -173,6 +173,23 @@ fn request_id(headers: &HeaderMap) -> String {
         .to_string()
 }
 
+/// A string or a list of strings (OpenAI `stop`, embedding `input`).
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+pub(crate) enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub(crate) fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
 /// The request-size limits beyond the body size: how many messages, how long each.
 fn check_limits(state: &AppState, turn: &crate::pipeline::ChatTurn) -> Result<(), GatewayError> {
     use crate::llm::Input;

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use super::error::openai_body;
 use super::{
     check_limits, error_response, failed, json_response, read_json, streaming_response, unix_now,
-    Dialect, RequestLog, WireToolCall,
+    Dialect, OneOrMany, RequestLog, WireToolCall,
 };
 use crate::app::AppState;
 use crate::error::GatewayError;
@@ -53,22 +53,6 @@ struct Request {
 #[derive(Deserialize)]
 struct StreamOptions {
     include_usage: Option<bool>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum OneOrMany {
-    One(String),
-    Many(Vec<String>),
-}
-
-impl OneOrMany {
-    fn into_vec(self) -> Vec<String> {
-        match self {
-            OneOrMany::One(s) => vec![s],
-            OneOrMany::Many(v) => v,
-        }
-    }
 }
 
 #[derive(Deserialize)]
