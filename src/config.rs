@@ -129,6 +129,26 @@ pub struct LlmSettings {
     pub connect_timeout_secs: u64,
     pub first_byte_timeout_secs: u64,
     pub idle_timeout_secs: u64,
+    /// Upstreams tried, in order, when the primary fails for the assistant's model.
+    pub fallbacks: Vec<FallbackSettings>,
+    pub retries: u32,
+    pub retry_base_ms: u64,
+    pub retry_max_ms: u64,
+    pub cooldown_failures: u32,
+    pub cooldown_secs: u64,
+    pub max_answer_secs: u64,
+    pub max_chunk_bytes: usize,
+}
+
+/// One `[[llm.fallbacks]]` table: another upstream that can answer for the assistant.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FallbackSettings {
+    pub provider: Provider,
+    pub base_url: String,
+    pub model: String,
+    #[serde(default)]
+    pub api_key: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -340,6 +360,7 @@ impl Settings {
         if self.llm.model.trim().is_empty() {
             return Err(SettingsError::new("llm.model", "must not be empty"));
         }
+        self.validate_resilience()?;
         if self.embeddings.provider == EmbeddingProvider::Local
             && self.embeddings.path.trim().is_empty()
         {
@@ -426,6 +447,71 @@ impl Settings {
             ));
         }
         Ok(())
+    }
+}
+
+impl Settings {
+    /// Fallback upstreams, retries, cooldown and the answer bounds.
+    fn validate_resilience(&self) -> Result<(), SettingsError> {
+        let llm = &self.llm;
+        for (i, f) in llm.fallbacks.iter().enumerate() {
+            check_upstream_url(&format!("llm.fallbacks[{i}].base_url"), &f.base_url)?;
+            if f.model.trim().is_empty() {
+                return Err(SettingsError::new(
+                    &format!("llm.fallbacks[{i}].model"),
+                    "must not be empty",
+                ));
+            }
+        }
+        if llm.retries > 10 {
+            return Err(SettingsError::new("llm.retries", "must be at most 10"));
+        }
+        if llm.retry_base_ms == 0 || llm.retry_max_ms < llm.retry_base_ms {
+            return Err(SettingsError::new(
+                "llm.retry_base_ms / llm.retry_max_ms",
+                "retry_base_ms must be at least 1 and retry_max_ms at least retry_base_ms",
+            ));
+        }
+        if llm.retry_max_ms > 600_000 {
+            return Err(SettingsError::new(
+                "llm.retry_max_ms",
+                "must be at most 600000 (10 minutes)",
+            ));
+        }
+        if llm.cooldown_failures > 0 && llm.cooldown_secs == 0 {
+            return Err(SettingsError::new(
+                "llm.cooldown_secs",
+                "must be at least 1 (or set llm.cooldown_failures = 0 to never cool down)",
+            ));
+        }
+        if llm.max_answer_secs == 0 {
+            return Err(SettingsError::new(
+                "llm.max_answer_secs",
+                "must be at least 1 second",
+            ));
+        }
+        if llm.max_chunk_bytes < 1024 {
+            return Err(SettingsError::new(
+                "llm.max_chunk_bytes",
+                "must be at least 1024",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// An upstream root: an http or https URL (as `llm.base_url` is checked above).
+fn check_upstream_url(key: &str, value: &str) -> Result<(), SettingsError> {
+    match reqwest::Url::parse(value) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") => Ok(()),
+        Ok(url) => Err(SettingsError::new(
+            key,
+            format!("scheme '{}' is not http or https", url.scheme()),
+        )),
+        Err(e) => Err(SettingsError::new(
+            key,
+            format!("'{value}' is not a URL: {e}"),
+        )),
     }
 }
 
@@ -542,6 +628,44 @@ mod tests {
         for (toml, key) in cases {
             let f = write(toml);
             let err = Settings::load_without_env(Some(f.path())).unwrap_err();
+            assert!(
+                err.to_string().contains(key),
+                "{toml:?}: error '{err}' does not name {key}"
+            );
+        }
+    }
+
+    #[test]
+    fn fallbacks_and_retries_are_read_and_checked() {
+        let f = write(
+            "[llm]\nretries = 1\n\n[[llm.fallbacks]]\nprovider = \"openai\"\nbase_url = \"http://b:1/v1\"\nmodel = \"m2\"\n",
+        );
+        let s = Settings::load_without_env(Some(f.path())).unwrap();
+        assert_eq!(s.llm.retries, 1);
+        assert_eq!(s.llm.fallbacks.len(), 1);
+        assert_eq!(s.llm.fallbacks[0].provider, Provider::Openai);
+        assert_eq!(s.llm.fallbacks[0].api_key, "");
+        let cases = [
+            (
+                "[[llm.fallbacks]]\nprovider = \"openai\"\nbase_url = \"ftp://b\"\nmodel = \"m\"\n",
+                "llm.fallbacks[0].base_url",
+            ),
+            (
+                "[[llm.fallbacks]]\nprovider = \"ollama\"\nbase_url = \"http://b\"\nmodel = \" \"\n",
+                "llm.fallbacks[0].model",
+            ),
+            (
+                "[[llm.fallbacks]]\nprovider = \"ollama\"\nbase_url = \"http://b\"\nmodle = \"m\"\n",
+                "llm.fallbacks",
+            ),
+            ("[llm]\nretry_max_ms = 10\n", "llm.retry_base_ms / llm.retry_max_ms"),
+            ("[llm]\nretries = 99\n", "llm.retries"),
+            ("[llm]\nmax_answer_secs = 0\n", "llm.max_answer_secs"),
+            ("[llm]\nmax_chunk_bytes = 10\n", "llm.max_chunk_bytes"),
+            ("[llm]\ncooldown_secs = 0\n", "llm.cooldown_secs"),
+        ];
+        for (toml, key) in cases {
+            let err = Settings::load_without_env(Some(write(toml).path())).unwrap_err();
             assert!(
                 err.to_string().contains(key),
                 "{toml:?}: error '{err}' does not name {key}"
