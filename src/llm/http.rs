@@ -11,12 +11,16 @@ use super::{UpstreamError, UpstreamErrorKind};
 /// Longest slice of an upstream error body quoted in a message.
 const MAX_ERROR_BODY: usize = 500;
 
+/// Largest SSE event / NDJSON line accepted unless `llm.max_chunk_bytes` says otherwise.
+pub(crate) const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
 #[derive(Clone)]
 pub(crate) struct Upstream {
     client: Client,
     base: String,
     api_key: Option<String>,
     first_byte_timeout: Duration,
+    max_line_bytes: usize,
 }
 
 impl Upstream {
@@ -37,7 +41,29 @@ impl Upstream {
             base: base_url.trim_end_matches('/').to_string(),
             api_key: (!key.is_empty()).then(|| key.to_string()),
             first_byte_timeout,
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         })
+    }
+
+    /// Caps one SSE event or NDJSON line (`llm.max_chunk_bytes`).
+    pub(crate) fn with_max_line_bytes(mut self, max: usize) -> Self {
+        self.max_line_bytes = max;
+        self
+    }
+
+    pub(crate) fn max_line_bytes(&self) -> usize {
+        self.max_line_bytes
+    }
+
+    /// The error for a line or event longer than `max_line_bytes`.
+    pub(crate) fn too_long(&self) -> UpstreamError {
+        self.error(
+            UpstreamErrorKind::Protocol,
+            format!(
+                "a line longer than {} bytes (llm.max_chunk_bytes)",
+                self.max_line_bytes
+            ),
+        )
     }
 
     pub(crate) fn base(&self) -> &str {
@@ -83,12 +109,17 @@ impl Upstream {
         if status.is_success() {
             return Ok(response);
         }
+        let retry_after = matches!(status.as_u16(), 429 | 503)
+            .then(|| response.headers().get(reqwest::header::RETRY_AFTER))
+            .flatten()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| retry_after(v, std::time::SystemTime::now()));
         let body = tokio::time::timeout(self.first_byte_timeout, response.text())
             .await
             .ok()
             .and_then(Result::ok)
             .unwrap_or_default();
-        Err(self.error(
+        let mut error = self.error(
             UpstreamErrorKind::Status(status.as_u16()),
             error_message(&body).unwrap_or_else(|| {
                 status
@@ -96,7 +127,9 @@ impl Upstream {
                     .unwrap_or("error")
                     .to_ascii_lowercase()
             }),
-        ))
+        );
+        error.retry_after = retry_after;
+        Err(error)
     }
 
     pub(crate) fn error(
@@ -123,6 +156,73 @@ impl Upstream {
             self.error(UpstreamErrorKind::Closed, cause)
         }
     }
+}
+
+/// A response body as byte chunks, cut off with a `Protocol` error when more than
+/// `max_line_bytes` arrive without an SSE event boundary (a blank line); transport
+/// failures become `Closed`. Bounds what the SSE parser buffers for one event.
+pub(crate) fn bounded_events(
+    response: Response,
+    up: Upstream,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, UpstreamError>> {
+    use futures::StreamExt;
+    async_stream::stream! {
+        let max = up.max_line_bytes;
+        let mut since_boundary = 0usize;
+        let mut after_newline = false;
+        let mut body = response.bytes_stream();
+        while let Some(item) = body.next().await {
+            let bytes = match item {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    let mut err = up.transport_error(&e);
+                    err.kind = UpstreamErrorKind::Closed;
+                    yield Err(err);
+                    return;
+                }
+            };
+            // End of the last complete event in this piece, to pass on what came before
+            // an oversized event.
+            let mut complete = 0;
+            let mut oversized = false;
+            for (i, &b) in bytes.iter().enumerate() {
+                match b {
+                    b'\n' if after_newline => {
+                        since_boundary = 0;
+                        complete = i + 1;
+                    }
+                    b'\n' => after_newline = true,
+                    b'\r' => {}
+                    _ => {
+                        after_newline = false;
+                        since_boundary += 1;
+                        if since_boundary > max {
+                            oversized = true;
+                            break;
+                        }
+                    }
+                }
+            }
+            if oversized {
+                if complete > 0 {
+                    yield Ok(bytes.slice(..complete));
+                }
+                yield Err(up.too_long());
+                return;
+            }
+            yield Ok(bytes);
+        }
+    }
+}
+
+/// A `Retry-After` value (delay in seconds or an HTTP date) as a delay from `now`.
+pub(crate) fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// The message inside an error body in either dialect, or the body's first line.
@@ -184,5 +284,66 @@ mod tests {
         assert_eq!(error_message("   "), None);
         let long = "é".repeat(400);
         assert!(error_message(&long).unwrap().ends_with('…'));
+    }
+
+    /// What `bounded_events` passes on for a body arriving in these pieces.
+    async fn bounded(pieces: &[&str], max: usize) -> (String, Option<UpstreamError>) {
+        use futures::StreamExt;
+        let pieces: Vec<Result<bytes::Bytes, std::io::Error>> = pieces
+            .iter()
+            .map(|p| Ok(bytes::Bytes::from(p.to_string())))
+            .collect();
+        let body = reqwest::Body::wrap_stream(futures::stream::iter(pieces));
+        let response = Response::from(axum::http::Response::new(body));
+        let up = Upstream::new(
+            "http://u",
+            "",
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        )
+        .unwrap()
+        .with_max_line_bytes(max);
+        let mut out = String::new();
+        let mut events = Box::pin(bounded_events(response, up));
+        while let Some(item) = events.next().await {
+            match item {
+                Ok(b) => out.push_str(std::str::from_utf8(&b).unwrap()),
+                Err(e) => return (out, Some(e)),
+            }
+        }
+        (out, None)
+    }
+
+    #[tokio::test]
+    async fn events_longer_than_the_limit_end_the_body_after_the_complete_ones() {
+        let (out, err) = bounded(&["data: 12345\n\n", "data: 1234", "5\r\n\r\n"], 11).await;
+        assert_eq!(out, "data: 12345\n\ndata: 12345\r\n\r\n");
+        assert!(err.is_none());
+        // Over the limit in one piece that also holds a complete event: that one first.
+        let (out, err) = bounded(&["data: 1\n\ndata: 123456"], 11).await;
+        assert_eq!(out, "data: 1\n\n");
+        let err = err.unwrap();
+        assert_eq!(err.kind, UpstreamErrorKind::Protocol);
+        assert!(err.detail.contains("11 bytes"), "{err}");
+        // Over the limit across pieces.
+        let (out, err) = bounded(&["data: 1234", "56"], 11).await;
+        assert_eq!(out, "data: 1234");
+        assert!(err.is_some());
+        // Lines of one event count together: the event is what the parser holds.
+        let (_, err) = bounded(&["data: 1\ndata: 2\ndata: 3\n"], 11).await;
+        assert!(err.is_some());
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates() {
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(retry_after(" 7 ", now), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after("0", now), Some(Duration::ZERO));
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(90));
+        assert_eq!(retry_after(&later, now), Some(Duration::from_secs(90)));
+        let earlier = httpdate::fmt_http_date(now - Duration::from_secs(90));
+        assert_eq!(retry_after(&earlier, now), Some(Duration::ZERO));
+        assert_eq!(retry_after("soon", now), None);
+        assert_eq!(retry_after("-3", now), None);
     }
 }

@@ -5,6 +5,7 @@ mod http;
 pub mod local;
 pub mod ollama;
 pub mod openai;
+pub mod resilient;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -327,6 +328,8 @@ pub struct UpstreamError {
     pub kind: UpstreamErrorKind,
     pub url: String,
     pub detail: String,
+    /// The upstream's `Retry-After` on a 429 or 503, when it sent one.
+    pub retry_after: Option<Duration>,
 }
 
 impl UpstreamError {
@@ -335,6 +338,7 @@ impl UpstreamError {
             kind,
             url: url.to_string(),
             detail: detail.into(),
+            retry_after: None,
         }
     }
 
@@ -379,18 +383,36 @@ pub async fn complete(
     ))
 }
 
-/// Builds the configured adapter.
+/// Builds the configured upstreams (`llm` and its `fallbacks`) behind one `ChatModel`
+/// that retries, falls back, cools failing upstreams down and bounds every answer.
 pub fn from_settings(settings: &LlmSettings) -> anyhow::Result<Arc<dyn ChatModel>> {
-    let client = http::Upstream::new(
-        &settings.base_url,
-        &settings.api_key,
-        Duration::from_secs(settings.connect_timeout_secs),
-        Duration::from_secs(settings.first_byte_timeout_secs),
-    )?;
-    Ok(match settings.provider {
-        Provider::Ollama => Arc::new(ollama::OllamaChat::new(client)),
-        Provider::Openai => Arc::new(openai::OpenAiChat::new(client)),
-    })
+    let adapter = |provider: Provider, base_url: &str, api_key: &str| {
+        let client = http::Upstream::new(
+            base_url,
+            api_key,
+            Duration::from_secs(settings.connect_timeout_secs),
+            Duration::from_secs(settings.first_byte_timeout_secs),
+        )?
+        .with_max_line_bytes(settings.max_chunk_bytes);
+        Ok::<Arc<dyn ChatModel>, anyhow::Error>(match provider {
+            Provider::Ollama => Arc::new(ollama::OllamaChat::new(client)),
+            Provider::Openai => Arc::new(openai::OpenAiChat::new(client)),
+        })
+    };
+    let mut upstreams = vec![resilient::Target::new(
+        adapter(settings.provider, &settings.base_url, &settings.api_key)?,
+        &settings.model,
+    )];
+    for f in &settings.fallbacks {
+        upstreams.push(resilient::Target::new(
+            adapter(f.provider, &f.base_url, &f.api_key)?,
+            &f.model,
+        ));
+    }
+    Ok(Arc::new(resilient::Resilient::new(
+        upstreams,
+        resilient::Policy::from_settings(settings),
+    )))
 }
 
 /// Builds the configured embedder; `None` when `embeddings.provider = "none"`.

@@ -11,9 +11,6 @@ use super::{
     UpstreamRequest, Usage,
 };
 
-/// Longest NDJSON line accepted from an upstream before the stream is called invalid.
-const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
-
 pub struct OllamaChat {
     up: Upstream,
 }
@@ -331,6 +328,10 @@ fn ndjson_chunks(
                 None => break,
             }
             while let Some(pos) = buf[scanned..].iter().position(|&b| b == b'\n') {
+                if scanned + pos > up.max_line_bytes() {
+                    yield Err(up.too_long());
+                    return;
+                }
                 let line: Vec<u8> = buf.drain(..scanned + pos + 1).collect();
                 scanned = 0;
                 for item in state.read(&line, &up) {
@@ -342,8 +343,8 @@ fn ndjson_chunks(
                 }
             }
             scanned = buf.len();
-            if buf.len() > MAX_LINE_BYTES {
-                yield Err(up.error(UpstreamErrorKind::Protocol, "a line longer than 16 MiB"));
+            if buf.len() > up.max_line_bytes() {
+                yield Err(up.too_long());
                 return;
             }
         }

@@ -5,7 +5,7 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{json, Map, Value};
 
-use super::http::{error_in_json, Upstream};
+use super::http::{bounded_events, error_in_json, Upstream};
 use super::{
     embed_in_batches, ChatModel, Chunk, ChunkStream, Embedder, FinishReason, Input, Message,
     ModelCard, ToolCall, UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamRequest, Usage,
@@ -244,15 +244,13 @@ fn sse_chunks(
     up: Upstream,
 ) -> impl futures::Stream<Item = Result<Chunk, UpstreamError>> {
     async_stream::stream! {
-        let mut events = response.bytes_stream().eventsource();
+        let mut events = Box::pin(bounded_events(response, up.clone()).eventsource());
         let mut state = SseState::default();
         while let Some(event) = events.next().await {
             let event = match event {
                 Ok(ev) => ev,
                 Err(eventsource_stream::EventStreamError::Transport(e)) => {
-                    let mut err = up.transport_error(&e);
-                    err.kind = UpstreamErrorKind::Closed;
-                    yield Err(err);
+                    yield Err(e);
                     return;
                 }
                 Err(e) => {
