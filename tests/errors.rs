@@ -143,7 +143,8 @@ async fn unreachable_upstream_is_502_naming_the_url() {
 async fn upstream_statuses_map_to_client_statuses() {
     for provider in PROVIDERS {
         let up = ScriptedUpstream::start().await;
-        let gw = Gateway::start(&up, provider, |_| {}).await;
+        // One attempt: what the client sees of each status (retries are in tests/faults.rs).
+        let gw = Gateway::start(&up, provider, |s| s.llm.retries = 0).await;
         let cases = [
             (
                 500,
@@ -188,7 +189,11 @@ async fn upstream_statuses_map_to_client_statuses() {
 async fn upstream_silence_before_headers_times_out_with_504() {
     let up = ScriptedUpstream::start().await;
     up.push(Reply::HangBeforeHeaders(Duration::from_secs(30)));
-    let gw = Gateway::start(&up, Provider::Ollama, |s| s.llm.first_byte_timeout_secs = 1).await;
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        s.llm.first_byte_timeout_secs = 1;
+        s.llm.retries = 0;
+    })
+    .await;
     let started = std::time::Instant::now();
     let (status, _, text) = post(
         &gw.url("/api/chat"),

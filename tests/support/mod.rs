@@ -51,6 +51,12 @@ pub enum Reply {
     ErrorAfter(Vec<String>, String),
     /// Streams a token every `delay`, forever.
     Endless(Duration),
+    /// Answers with this status, body and a `Retry-After: {retry_after}` header.
+    RetryAfter {
+        status: u16,
+        body: String,
+        retry_after: String,
+    },
 }
 
 impl Reply {
@@ -80,6 +86,8 @@ struct Shared {
     cancelled: AtomicUsize,
     /// Streams that sent their last byte.
     completed: AtomicUsize,
+    /// A model served besides `UPSTREAM_MODEL` (see `serve_model`).
+    also_serves: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -150,6 +158,11 @@ impl ScriptedUpstream {
     /// Requests with nothing queued get this reply.
     pub fn set_default(&self, reply: Reply) {
         *self.shared.default.lock().unwrap() = Some(reply);
+    }
+
+    /// Serves `model` too (chat and generate requests for it are answered, not 404).
+    pub fn serve_model(&self, model: &str) {
+        *self.shared.also_serves.lock().unwrap() = Some(model.to_string());
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -353,7 +366,8 @@ async fn handle(
         .or_else(|| shared.default.lock().unwrap().clone())
         .unwrap_or_else(|| Reply::tokens(&["Hello", " from", " upstream"]));
     let model = body["model"].as_str().unwrap_or("").to_string();
-    if model != UPSTREAM_MODEL {
+    let also = shared.also_serves.lock().unwrap().clone();
+    if model != UPSTREAM_MODEL && Some(&model) != also.as_ref() {
         // As Ollama and OpenAI-compatible servers do for a model they do not serve.
         let (status, body) = match wire {
             Wire::OllamaChat | Wire::OllamaGenerate => {
@@ -391,6 +405,17 @@ async fn handle(
         Reply::HangBeforeHeaders(d) => {
             tokio::time::sleep(d).await;
         }
+        Reply::RetryAfter {
+            status,
+            body,
+            retry_after,
+        } => {
+            return Response::builder()
+                .status(status)
+                .header("retry-after", retry_after)
+                .body(Body::from(body))
+                .unwrap()
+        }
         _ => {}
     }
     let w = Writer {
@@ -418,7 +443,7 @@ async fn handle(
             Reply::GarbageAfter(t) => (t, Duration::ZERO, End::Garbage),
             Reply::ErrorAfter(t, m) => (t, Duration::ZERO, End::Error(m)),
             Reply::Endless(d) => (vec![], d, End::Endless),
-            Reply::Status { .. } | Reply::HangBeforeHeaders(_) => (vec!["late".into()], Duration::ZERO, End::Finish("stop")),
+            Reply::Status { .. } | Reply::HangBeforeHeaders(_) | Reply::RetryAfter { .. } => (vec!["late".into()], Duration::ZERO, End::Finish("stop")),
         };
         if let Some(first) = w.opening() {
             yield Ok::<Bytes, std::io::Error>(first);
