@@ -4,7 +4,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 
 use std::path::{Path, PathBuf};
@@ -254,35 +253,14 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let grace = Duration::from_secs(state.settings.server.shutdown_grace_secs);
+    let server = &state.settings.server;
+    let tls = crate::http::tls::acceptor(server)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let options = crate::http::server::Options {
+        tls,
+        header_timeout: Duration::from_secs(server.header_read_timeout_secs),
+        grace: Duration::from_secs(server.shutdown_grace_secs),
+    };
     let router = crate::http::router(state);
-    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
-    // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm and the client's
-    // delayed ACK hold each one back for up to 40 ms.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        shutdown.await;
-        tracing::info!(
-            grace_secs = grace.as_secs(),
-            "shutting down: no new connections, open streams may finish"
-        );
-        let _ = stopping_tx.send(());
-    });
-    tokio::select! {
-        result = server => result,
-        _ = async {
-            if stopping_rx.await.is_ok() {
-                tokio::time::sleep(grace).await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        } => {
-            tracing::warn!("grace period over: closing the streams still open");
-            Ok(())
-        }
-    }
+    crate::http::server::run(listener, router, options, shutdown).await
 }

@@ -43,6 +43,17 @@ pub struct ServerSettings {
     pub max_message_chars: usize,
     pub shutdown_grace_secs: u64,
     pub ollama_version: String,
+    /// Requests per minute per API key (per client IP without keys); 0 = no limit.
+    pub rate_limit_per_minute: u32,
+    /// Streamed answers open at once per API key (per client IP without keys); 0 = no limit.
+    pub max_streams_per_key: u32,
+    /// PEM certificate chain and private key: both set = HTTPS (HTTP/1.1 and HTTP/2).
+    pub tls_cert: String,
+    pub tls_key: String,
+    /// A connection must deliver a request's headers (and a TLS handshake) within this.
+    pub header_read_timeout_secs: u64,
+    /// A request's body must arrive within this; slower → 408.
+    pub body_read_timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -309,6 +320,29 @@ impl Settings {
             return Err(SettingsError::new(
                 "server.max_body_bytes",
                 "must be at least 1024",
+            ));
+        }
+        if self.server.tls_cert.trim().is_empty() != self.server.tls_key.trim().is_empty() {
+            return Err(SettingsError::new(
+                "server.tls_cert / server.tls_key",
+                "set both (PEM files) for HTTPS, or neither for plain HTTP",
+            ));
+        }
+        for (key, path) in [
+            ("server.tls_cert", &self.server.tls_cert),
+            ("server.tls_key", &self.server.tls_key),
+        ] {
+            if !path.trim().is_empty() && !Path::new(path.trim()).is_file() {
+                return Err(SettingsError::new(
+                    key,
+                    format!("file {path} does not exist"),
+                ));
+            }
+        }
+        if self.server.header_read_timeout_secs == 0 || self.server.body_read_timeout_secs == 0 {
+            return Err(SettingsError::new(
+                "server.header_read_timeout_secs / server.body_read_timeout_secs",
+                "must be at least 1 second",
             ));
         }
         if self.server.api_keys.iter().any(|k| k.trim().is_empty()) {
@@ -610,6 +644,29 @@ mod tests {
                 .len(),
             2
         );
+    }
+
+    #[test]
+    fn tls_needs_both_files() {
+        let cert = write("not checked here");
+        let f = write(&format!(
+            "[server]\ntls_cert = \"{}\"\n",
+            cert.path().display()
+        ));
+        let e = Settings::load_without_env(Some(f.path())).unwrap_err();
+        assert_eq!(e.key, "server.tls_cert / server.tls_key");
+        let f = write(
+            "[server]\ntls_cert = \"/nonexistent/c.pem\"\ntls_key = \"/nonexistent/k.pem\"\n",
+        );
+        let e = Settings::load_without_env(Some(f.path())).unwrap_err();
+        assert_eq!(e.key, "server.tls_cert");
+        let s = Settings::load_without_env(None).unwrap();
+        assert_eq!(
+            s.server.rate_limit_per_minute, 0,
+            "limits are off by default"
+        );
+        assert_eq!(s.server.max_streams_per_key, 0);
+        assert!(s.server.tls_cert.is_empty());
     }
 
     #[test]

@@ -94,6 +94,23 @@ impl GatewayError {
         .with_code("request_too_large")
     }
 
+    /// 429 for a caller over one of its limits (`server.rate_limit_per_minute`,
+    /// `server.max_streams_per_key`).
+    pub fn rate_limited(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message)
+            .with_code("rate_limit_exceeded")
+    }
+
+    /// 408 for a request body that did not arrive in time.
+    pub fn request_timeout(secs: u64) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!("the request body did not arrive within {secs} s"),
+        )
+        .with_code("request_timeout")
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }

@@ -289,6 +289,8 @@ async fn eval_retrieval(
 }
 
 async fn serve(settings: Settings) -> anyhow::Result<()> {
+    // A bad certificate or key stops the gateway here, before it listens.
+    let tls = assist_gateway::http::tls::acceptor(&settings.server)?.is_some();
     let addr = settings.server.addr.clone();
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -302,6 +304,9 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         upstream_model = state.settings.llm.model,
         passthrough = state.settings.assistant.passthrough,
         api_keys = state.settings.server.api_keys.len(),
+        tls,
+        rate_limit_per_minute = state.settings.server.rate_limit_per_minute,
+        max_streams_per_key = state.settings.server.max_streams_per_key,
         "assist-gateway listening"
     );
     assist_gateway::app::serve(listener, state, shutdown_signal()).await?;

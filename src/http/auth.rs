@@ -36,7 +36,7 @@ pub(crate) async fn require_key(
 }
 
 /// The key of an `Authorization: Bearer <key>` header; an empty key is no key.
-fn bearer(header: Option<&str>) -> Option<&str> {
+pub(super) fn bearer(header: Option<&str>) -> Option<&str> {
     let value = header?.trim();
     let (scheme, key) = value.split_once(' ').unwrap_or((value, ""));
     let key = key.trim();

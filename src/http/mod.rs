@@ -1,12 +1,16 @@
 //! The HTTP surface: one router, the two dialects (`openai`, `ollama`), health, and the
-//! middleware they share (request ids, access log, keys, body limit).
+//! middleware they share (request ids, access log, keys, rate limits, body limit), and
+//! the server that serves them (plain or TLS).
 
 mod auth;
 mod embeddings;
 mod error;
 mod health;
+mod limits;
 mod ollama;
 mod openai;
+pub mod server;
+pub mod tls;
 
 use std::time::Instant;
 
@@ -73,6 +77,11 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(health::root))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // Inside the key check: only accepted keys are counted.
+        .layer(middleware::from_fn_with_state(
+            limits::Limits::from_settings(&state.settings.server),
+            limits::enforce,
+        ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
@@ -231,15 +240,20 @@ fn check_limits(state: &AppState, turn: &crate::pipeline::ChatTurn) -> Result<()
 /// Reads and parses a JSON body, in the limits the settings give. Errors name the field.
 async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<T, GatewayError> {
     let limit = state.settings.server.max_body_bytes;
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let too_large = std::error::Error::source(&e)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-        if too_large {
-            GatewayError::payload_too_large(limit)
-        } else {
-            GatewayError::invalid("body", format!("could not read the request body: {e}"))
-        }
-    })?;
+    let secs = state.settings.server.body_read_timeout_secs;
+    let read = axum::body::to_bytes(body, limit);
+    let bytes = tokio::time::timeout(std::time::Duration::from_secs(secs), read)
+        .await
+        .map_err(|_| GatewayError::request_timeout(secs))?
+        .map_err(|e| {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                GatewayError::payload_too_large(limit)
+            } else {
+                GatewayError::invalid("body", format!("could not read the request body: {e}"))
+            }
+        })?;
     parse_json(&bytes)
 }
 
@@ -292,6 +306,8 @@ pub(crate) struct RequestLog {
     outcome: &'static str,
     /// The error's code (never its message, which may quote the upstream).
     error: Option<&'static str>,
+    /// The caller's stream slot, held while the streamed answer lives.
+    stream_slot: Option<limits::StreamSlot>,
 }
 
 impl RequestLog {
@@ -310,6 +326,7 @@ impl RequestLog {
             // Still "client_disconnected" if the stream is dropped before it ends.
             outcome: "client_disconnected",
             error: None,
+            stream_slot: None,
         }
     }
 
@@ -323,6 +340,11 @@ impl RequestLog {
         if self.first_token.is_none() {
             self.first_token = Some(Instant::now());
         }
+    }
+
+    /// Keeps a stream slot until this log is dropped with its stream.
+    pub(crate) fn hold(&mut self, slot: limits::StreamSlot) {
+        self.stream_slot = Some(slot);
     }
 
     pub(crate) fn first_token(&self) -> Option<Instant> {

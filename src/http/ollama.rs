@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::error::ollama_body;
+use super::limits::{claim_stream, StreamGate};
 use super::{
     check_limits, error_response, failed, json_response, read_json, rfc3339_now,
     streaming_response, Dialect, RequestLog, WireToolCall,
@@ -154,6 +155,7 @@ enum Kind {
 
 pub(crate) async fn chat(
     State(state): State<AppState>,
+    gate: Option<Extension<StreamGate>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -183,11 +185,12 @@ pub(crate) async fn chat(
             };
             Ok((turn, req.stream.unwrap_or(true), load))
         });
-    respond(state, log, parsed, Kind::Chat).await
+    respond(state, log, parsed, Kind::Chat, gate).await
 }
 
 pub(crate) async fn generate(
     State(state): State<AppState>,
+    gate: Option<Extension<StreamGate>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -219,7 +222,7 @@ pub(crate) async fn generate(
             };
             Ok((turn, req.stream.unwrap_or(true), load))
         });
-    respond(state, log, parsed, Kind::Generate).await
+    respond(state, log, parsed, Kind::Generate, gate).await
 }
 
 async fn respond(
@@ -227,6 +230,7 @@ async fn respond(
     mut log: RequestLog,
     parsed: Result<(ChatTurn, bool, bool), GatewayError>,
     kind: Kind,
+    gate: Option<Extension<StreamGate>>,
 ) -> Response {
     let (turn, stream, load) = match parsed {
         Ok(p) => p,
@@ -251,6 +255,9 @@ async fn respond(
     }
     if let Err(e) = check_limits(&state, &turn) {
         return failed(log, e);
+    }
+    if let Err(limited) = claim_stream(gate.as_deref(), stream, &mut log) {
+        return limited.respond(log);
     }
     let events = match state.pipeline.run(turn).await {
         Ok(events) => events,

@@ -2,7 +2,7 @@
 //! Parses requests into `ChatTurn`s and renders pipeline events as SSE or JSON.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::openai_body;
+use super::limits::{claim_stream, StreamGate};
 use super::{
     check_limits, error_response, failed, json_response, read_json, streaming_response, unix_now,
     Dialect, OneOrMany, RequestLog, WireToolCall,
@@ -297,16 +298,18 @@ enum Kind {
 
 pub(crate) async fn chat_completions(
     State(state): State<AppState>,
+    gate: Option<Extension<StreamGate>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let log = RequestLog::new(&headers, Dialect::OpenAi, "/v1/chat/completions");
     let parsed = read_json::<Request>(&state, body).await.and_then(chat_turn);
-    respond(state, log, parsed, Kind::Chat).await
+    respond(state, log, parsed, Kind::Chat, gate).await
 }
 
 pub(crate) async fn completions(
     State(state): State<AppState>,
+    gate: Option<Extension<StreamGate>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -314,7 +317,7 @@ pub(crate) async fn completions(
     let parsed = read_json::<Request>(&state, body)
         .await
         .and_then(completion_turn);
-    respond(state, log, parsed, Kind::Text).await
+    respond(state, log, parsed, Kind::Text, gate).await
 }
 
 async fn respond(
@@ -322,6 +325,7 @@ async fn respond(
     mut log: RequestLog,
     parsed: Result<(ChatTurn, Shape), GatewayError>,
     kind: Kind,
+    gate: Option<Extension<StreamGate>>,
 ) -> Response {
     let (turn, shape) = match parsed {
         Ok(p) => p,
@@ -331,6 +335,9 @@ async fn respond(
     log.request(&model, shape.stream);
     if let Err(e) = check_limits(&state, &turn) {
         return failed(log, e);
+    }
+    if let Err(limited) = claim_stream(gate.as_deref(), shape.stream, &mut log) {
+        return limited.respond(log);
     }
     let events = match state.pipeline.run(turn).await {
         Ok(events) => events,

@@ -1,0 +1,55 @@
+//! HTTPS: the rustls server configuration from `server.tls_cert` and `server.tls_key`.
+
+use std::sync::Arc;
+
+use tokio_rustls::rustls::crypto::aws_lc_rs;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::ServerConfig;
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::{ServerSettings, SettingsError};
+
+/// The TLS acceptor the settings ask for (`None`: plain HTTP). Errors name the key at
+/// fault, so a bad certificate or key stops the gateway at start-up.
+pub fn acceptor(server: &ServerSettings) -> Result<Option<TlsAcceptor>, SettingsError> {
+    let (cert, key) = (server.tls_cert.trim(), server.tls_key.trim());
+    if cert.is_empty() && key.is_empty() {
+        return Ok(None);
+    }
+    if cert.is_empty() || key.is_empty() {
+        return Err(SettingsError::new(
+            "server.tls_cert / server.tls_key",
+            "set both (PEM files) for HTTPS, or neither for plain HTTP",
+        ));
+    }
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| SettingsError::new("server.tls_cert", format!("{cert}: {e}")))?;
+    if chain.is_empty() {
+        return Err(SettingsError::new(
+            "server.tls_cert",
+            format!("{cert}: no PEM certificate in the file"),
+        ));
+    }
+    let private = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+        SettingsError::new(
+            "server.tls_key",
+            format!("{key}: no usable PEM private key: {e}"),
+        )
+    })?;
+    let mut config = ServerConfig::builder_with_provider(Arc::new(aws_lc_rs::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| SettingsError::new("server.tls_cert", e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(chain, private)
+        .map_err(|e| {
+            SettingsError::new(
+                "server.tls_key",
+                format!("{key} does not go with the certificate in {cert}: {e}"),
+            )
+        })?;
+    // HTTP/2 first for clients that offer it; HTTP/1.1 for the rest.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Some(TlsAcceptor::from(Arc::new(config))))
+}
