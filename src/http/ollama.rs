@@ -252,7 +252,7 @@ async fn respond(
     if let Err(e) = check_limits(&state, &turn) {
         return failed(log, e);
     }
-    let events = match state.pipeline.run(turn).await {
+    let events = match state.pipeline.run_timed(turn, log.upstream_clock()).await {
         Ok(events) => events,
         Err(e) => return failed(log, e),
     };
