@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 
-use crate::llm::UpstreamError;
+use crate::llm::{UpstreamError, UpstreamErrorKind};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewayError {
@@ -15,6 +15,8 @@ pub struct GatewayError {
     /// OpenAI `error.param`: the request field at fault.
     pub param: Option<String>,
     pub message: String,
+    /// What failed, when the error came from the upstream (for metrics).
+    pub upstream: Option<UpstreamErrorKind>,
 }
 
 impl std::fmt::Display for GatewayError {
@@ -33,6 +35,7 @@ impl GatewayError {
             code: None,
             param: None,
             message: message.into(),
+            upstream: None,
         }
     }
 
@@ -120,7 +123,8 @@ impl From<UpstreamError> for GatewayError {
     fn from(e: UpstreamError) -> Self {
         use crate::llm::UpstreamErrorKind as K;
         let message = e.to_string();
-        match e.kind {
+        let upstream = Some(e.kind.clone());
+        let error = match e.kind {
             K::Unreachable => Self::new(StatusCode::BAD_GATEWAY, "upstream_error", message)
                 .with_code("upstream_unreachable"),
             K::Timeout => Self::new(StatusCode::GATEWAY_TIMEOUT, "upstream_error", message)
@@ -143,6 +147,7 @@ impl From<UpstreamError> for GatewayError {
             }
             K::Unsupported => Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
                 .with_code("unsupported_by_upstream"),
-        }
+        };
+        Self { upstream, ..error }
     }
 }

@@ -6,7 +6,7 @@
 //! - [`llm`]: the upstream model port (`ChatModel`) and its adapters.
 //! - [`context`]: editor context and the token budget; [`retrieval`]: the knowledge base.
 //! - [`sessions`]: conversation memory.
-//! - [`config`]: settings; [`app`]: wiring.
+//! - [`config`]: settings; [`app`]: wiring; [`telemetry`]: metrics.
 
 pub mod app;
 pub mod config;
@@ -19,3 +19,4 @@ pub mod llm;
 pub mod pipeline;
 pub mod retrieval;
 pub mod sessions;
+pub mod telemetry;

@@ -28,11 +28,12 @@ async fn health_and_readiness() {
             .contains("ingest"),
         "{v}"
     );
-    assert_eq!(v["checks"]["vectors"]["status"], "disabled");
-    assert_eq!(v["checks"]["upstream"]["status"], "ok");
-    assert_eq!(v["checks"]["upstream"]["url"], up.root());
-    assert_eq!(v["checks"]["sessions"]["status"], "ok");
-    assert_eq!(v["checks"]["sessions"]["sessions"], 0);
+    assert_eq!(v["checks"]["embedder"]["status"], "disabled");
+    assert_eq!(v["checks"]["vector_store"]["status"], "disabled");
+    assert_eq!(v["checks"]["upstream"][0]["status"], "ok");
+    assert_eq!(v["checks"]["upstream"][0]["url"], up.root());
+    assert_eq!(v["checks"]["session_store"]["status"], "ok");
+    assert_eq!(v["checks"]["session_store"]["sessions"], 0);
 
     // A Redis session store that is not there: answers still come, readiness says why.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -47,7 +48,7 @@ async fn health_and_readiness() {
     .await;
     let (status, v) = get_json(&gw.url("/ready")).await;
     assert_eq!(status, 200, "{v}");
-    assert_eq!(v["checks"]["sessions"]["status"], "degraded", "{v}");
+    assert_eq!(v["checks"]["session_store"]["status"], "degraded", "{v}");
     let (status, _, text) = post(
         &gw.url("/v1/chat/completions"),
         serde_json::json!({"model": "brunix", "session_id": "x",
@@ -64,8 +65,8 @@ async fn health_and_readiness() {
     assert_eq!(status, 200, "liveness does not depend on the upstream");
     let (status, v2) = get_json(&gw.url("/ready")).await;
     assert_eq!(status, 503, "{v} {v2}");
-    assert_eq!(v2["checks"]["upstream"]["status"], "down");
-    assert!(v2["checks"]["upstream"]["reason"]
+    assert_eq!(v2["checks"]["upstream"][0]["status"], "down");
+    assert!(v2["checks"]["upstream"][0]["reason"]
         .as_str()
         .unwrap()
         .contains(&url));

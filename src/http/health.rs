@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::app::AppState;
 
@@ -16,38 +16,27 @@ pub(crate) async fn health() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
-/// Readiness: the state of each dependency: `ok`, `degraded` (serving, with less) or
-/// `down` (503: the upstream does not answer).
+/// Readiness: the state of each dependency, each with a `status` of `ok`, `degraded`
+/// (serving, with less), `down` (not serving) or `disabled` (not configured), and a
+/// `reason` when not ok. `upstream` is a list (one entry per upstream). 503 only when no
+/// upstream answers; anything else degraded still serves (BM25 answers alone, answers
+/// come without memory), so it is 200.
 pub(crate) async fn ready(State(state): State<AppState>) -> Response {
-    let url = state.pipeline.upstream_url().to_string();
-    let check = tokio::time::timeout(READY_TIMEOUT, state.pipeline.upstream_ready()).await;
-    let upstream = match check {
-        Ok(Ok(models)) => json!({"status": "ok", "url": url, "models": models}),
-        Ok(Err(e)) => json!({"status": "down", "url": url, "reason": e.to_string()}),
-        Err(_) => json!({"status": "down", "url": url,
-            "reason": format!("upstream {url} did not answer within {} s", READY_TIMEOUT.as_secs())}),
-    };
-    let (lexical, vectors) = state.retriever.readiness().await;
-    let sessions = match state.pipeline.sessions() {
-        None => json!({"status": "disabled"}),
-        Some(s) => {
-            let store = s.store();
-            match tokio::time::timeout(READY_TIMEOUT, store.count()).await {
-                Ok(Ok(n)) => json!({"status": "ok", "store": store.describe(), "sessions": n}),
-                // Answers still come without memory.
-                Ok(Err(e)) => {
-                    json!({"status": "degraded", "store": store.describe(), "reason": format!("{e:#}")})
-                }
-                Err(_) => {
-                    json!({"status": "degraded", "store": store.describe(), "reason": "no answer in time"})
-                }
-            }
-        }
-    };
-    let up = upstream["status"] == "ok";
-    let degraded = lexical["status"] != "ok"
-        || vectors["status"] == "degraded"
-        || sessions["status"] == "degraded";
+    let (upstream, knowledge, session_store) = tokio::join!(
+        upstream_checks(&state),
+        state.retriever.readiness(READY_TIMEOUT),
+        session_check(&state),
+    );
+    let up = upstream.iter().any(|u| u["status"] == "ok");
+    let degraded = upstream.iter().any(|u| u["status"] != "ok")
+        || [
+            &knowledge.lexical_index,
+            &knowledge.embedder,
+            &knowledge.vector_store,
+            &session_store,
+        ]
+        .iter()
+        .any(|c| c["status"] != "ok" && c["status"] != "disabled");
     let overall = match (up, degraded) {
         (false, _) => "down",
         (true, true) => "degraded",
@@ -55,15 +44,51 @@ pub(crate) async fn ready(State(state): State<AppState>) -> Response {
     };
     let body = json!({
         "status": overall,
-        "checks": {"upstream": upstream, "lexical_index": lexical, "vectors": vectors, "sessions": sessions},
+        "checks": {
+            "upstream": upstream,
+            "embedder": knowledge.embedder,
+            "vector_store": knowledge.vector_store,
+            "lexical_index": knowledge.lexical_index,
+            "session_store": session_store,
+        },
     });
-    // Degraded still serves (BM25 answers alone); only a missing upstream is not ready.
     let status = if up {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body)).into_response()
+}
+
+/// One entry per upstream: whether it lists its models in time.
+async fn upstream_checks(state: &AppState) -> Vec<Value> {
+    let url = state.pipeline.upstream_url().to_string();
+    let check = tokio::time::timeout(READY_TIMEOUT, state.pipeline.upstream_ready()).await;
+    let entry = match check {
+        Ok(Ok(models)) => json!({"status": "ok", "role": "primary", "url": url, "models": models}),
+        Ok(Err(e)) => {
+            json!({"status": "down", "role": "primary", "url": url, "reason": e.to_string()})
+        }
+        Err(_) => json!({"status": "down", "role": "primary", "url": url,
+            "reason": format!("upstream {url} did not answer within {} s", READY_TIMEOUT.as_secs())}),
+    };
+    vec![entry]
+}
+
+async fn session_check(state: &AppState) -> Value {
+    let Some(sessions) = state.pipeline.sessions() else {
+        return json!({"status": "disabled", "reason": "no conversation memory"});
+    };
+    let store = sessions.store();
+    match tokio::time::timeout(READY_TIMEOUT, store.count()).await {
+        Ok(Ok(n)) => json!({"status": "ok", "store": store.describe(), "sessions": n}),
+        // Answers still come without memory.
+        Ok(Err(e)) => {
+            json!({"status": "degraded", "store": store.describe(), "reason": format!("{e:#}")})
+        }
+        Err(_) => json!({"status": "degraded", "store": store.describe(),
+            "reason": format!("no answer within {} s", READY_TIMEOUT.as_secs())}),
+    }
 }
 
 /// `GET /`: a plain answer, as Ollama gives, for clients that probe the root.

@@ -9,13 +9,15 @@ mod health;
 mod limits;
 mod ollama;
 mod openai;
+mod scrape;
 pub mod server;
 pub mod tls;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -28,6 +30,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use crate::app::AppState;
 use crate::error::GatewayError;
 use crate::llm::Usage;
+use crate::telemetry::{self, UpstreamClock};
 
 pub use error::error_response;
 
@@ -58,6 +61,7 @@ impl Dialect {
 }
 
 pub fn router(state: AppState) -> Router {
+    telemetry::install();
     Router::new()
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
@@ -74,6 +78,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/embeddings", post(embeddings::ollama_legacy))
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
+        .route("/metrics", get(scrape::metrics))
         .route("/", get(health::root))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -159,9 +164,15 @@ async fn access_log(req: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_string();
     let request_id = request_id(req.headers());
     let response = next.run(req).await;
     if response.extensions().get::<LoggedByHandler>().is_none() {
+        telemetry::request(route.into(), response.status().as_u16(), started.elapsed());
         tracing::info!(
             request_id,
             %method,
@@ -308,6 +319,10 @@ pub(crate) struct RequestLog {
     error: Option<&'static str>,
     /// The caller's stream slot, held while the streamed answer lives.
     stream_slot: Option<limits::StreamSlot>,
+    /// Time spent waiting on the upstream model (the rest is the gateway's).
+    upstream: Arc<UpstreamClock>,
+    /// The kind of upstream failure that ended the request.
+    upstream_error: Option<&'static str>,
 }
 
 impl RequestLog {
@@ -327,7 +342,14 @@ impl RequestLog {
             outcome: "client_disconnected",
             error: None,
             stream_slot: None,
+            upstream: Arc::default(),
+            upstream_error: None,
         }
+    }
+
+    /// What the pipeline adds its upstream waits to.
+    pub(crate) fn upstream_clock(&self) -> Arc<UpstreamClock> {
+        self.upstream.clone()
     }
 
     pub(crate) fn request(&mut self, model: &str, stream: bool) {
@@ -358,6 +380,10 @@ impl RequestLog {
     pub(crate) fn done(&mut self, usage: Usage) {
         self.usage = Some(usage);
         self.outcome = "completed";
+        // A whole answer reaches the client at once: its first token comes with it.
+        if !self.stream && self.first_token.is_none() {
+            self.first_token = Some(Instant::now());
+        }
     }
 
     pub(crate) fn failed(&mut self, e: &GatewayError, in_stream: bool) {
@@ -366,6 +392,7 @@ impl RequestLog {
         }
         self.outcome = if in_stream { "stream_error" } else { "error" };
         self.error = Some(e.code.unwrap_or(e.kind));
+        self.upstream_error = e.upstream.as_ref().and_then(telemetry::upstream_error_kind);
     }
 
     /// A response built here is logged by this log, not by the access log.
@@ -376,9 +403,24 @@ impl RequestLog {
 
 impl Drop for RequestLog {
     fn drop(&mut self) {
-        let ttft_ms = self
-            .first_token
-            .map(|t| (t - self.started).as_secs_f64() * 1e3);
+        let total = self.started.elapsed();
+        let ttft = self.first_token.map(|t| t - self.started);
+        telemetry::ChatRequest {
+            route: self.route,
+            model: telemetry::model_label(&self.model, self.status),
+            status: self.status,
+            total,
+            ttft,
+            upstream: self.upstream.total(),
+            tokens: match (self.usage, self.deltas) {
+                (Some(u), _) => Some(u.completion_tokens),
+                (None, 0) => None,
+                (None, deltas) => Some(deltas),
+            },
+            upstream_error: self.upstream_error,
+        }
+        .record();
+        let ttft_ms = ttft.map(|t| t.as_secs_f64() * 1e3);
         tracing::info!(
             request_id = self.request_id,
             dialect = self.dialect.as_str(),
@@ -387,7 +429,7 @@ impl Drop for RequestLog {
             stream = self.stream,
             status = self.status,
             outcome = self.outcome,
-            latency_ms = self.started.elapsed().as_secs_f64() * 1e3,
+            latency_ms = total.as_secs_f64() * 1e3,
             ttft_ms,
             deltas = self.deltas,
             completion_tokens = self.usage.map(|u| u.completion_tokens),
@@ -412,9 +454,11 @@ fn streaming_response(
     body: impl futures::Stream<Item = bytes::Bytes> + Send + 'static,
 ) -> Response {
     use futures::StreamExt;
-    let mut response = Response::new(Body::from_stream(
-        body.map(Ok::<_, std::convert::Infallible>),
-    ));
+    let open = telemetry::ActiveStream::open();
+    let mut response = Response::new(Body::from_stream(body.map(move |bytes| {
+        let _open = &open;
+        Ok::<_, std::convert::Infallible>(bytes)
+    })));
     let headers = response.headers_mut();
     headers.insert(
         axum::http::header::CONTENT_TYPE,

@@ -259,7 +259,7 @@ async fn respond(
     if let Err(limited) = claim_stream(gate.as_deref(), stream, &mut log) {
         return limited.respond(log);
     }
-    let events = match state.pipeline.run(turn).await {
+    let events = match state.pipeline.run_timed(turn, log.upstream_clock()).await {
         Ok(events) => events,
         Err(e) => return failed(log, e),
     };

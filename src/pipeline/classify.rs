@@ -69,6 +69,13 @@ pub struct Decision {
     pub by: &'static str,
 }
 
+impl Decision {
+    /// The upstream model was asked (its answer used or not).
+    pub fn asked_model(&self) -> bool {
+        matches!(self.by, "llm" | "rules-fallback")
+    }
+}
+
 #[async_trait]
 pub trait Classifier: Send + Sync {
     async fn classify(&self, input: &ClassifyInput<'_>) -> Decision;

@@ -27,6 +27,7 @@ use crate::llm::{
 };
 use crate::retrieval::hybrid::{Retriever, Scored};
 use crate::sessions::{Held, Sessions, Turn};
+use crate::telemetry::{self, UpstreamClock};
 use classify::{Classifier, ClassifyInput, QueryType};
 use prompts::Prompts;
 use reformulate::Reformulator;
@@ -216,22 +217,35 @@ impl Pipeline {
     /// Runs a turn. Errors before the upstream accepted the request are returned here
     /// (the client gets an HTTP error); later ones arrive as `Event::Error`.
     pub async fn run(&self, turn: ChatTurn) -> Result<EventStream, GatewayError> {
+        self.run_timed(turn, Arc::default()).await
+    }
+
+    /// Like `run`, adding the time spent waiting on the upstream model to `clock`.
+    pub async fn run_timed(
+        &self,
+        turn: ChatTurn,
+        clock: Arc<UpstreamClock>,
+    ) -> Result<EventStream, GatewayError> {
         match self.route(&turn.request.model)? {
             Route::Passthrough => {
                 let prompt_estimate = estimate_tokens(&turn.request.input);
-                let chunks = self.chat.stream(turn.request).await?;
+                let chunks = clock.time(self.chat.stream(turn.request)).await?;
                 Ok(answer_events(
                     chunks,
-                    self.upstream(),
+                    self.upstream(clock),
                     prompt_estimate,
                     None,
                 ))
             }
-            Route::Assistant => self.run_assistant(turn).await,
+            Route::Assistant => self.run_assistant(turn, clock).await,
         }
     }
 
-    async fn run_assistant(&self, turn: ChatTurn) -> Result<EventStream, GatewayError> {
+    async fn run_assistant(
+        &self,
+        turn: ChatTurn,
+        clock: Arc<UpstreamClock>,
+    ) -> Result<EventStream, GatewayError> {
         let started = Instant::now();
         let editor = turn.editor_context();
         let ChatTurn {
@@ -273,6 +287,7 @@ impl Pipeline {
             items = editor.items.len(),
             "stage"
         );
+        telemetry::stage("session", t.elapsed());
         let conversation: Vec<Message> = history
             .iter()
             .chain(messages.iter().take(messages.len().saturating_sub(1)))
@@ -288,6 +303,10 @@ impl Pipeline {
                 selection: &editor.selected_text,
             })
             .await;
+        if decision.asked_model() {
+            clock.since(t);
+        }
+        telemetry::stage("classify", t.elapsed());
         let query_type = decision.classification.query_type;
         let use_editor = decision.classification.refers_to_editor && editor.has_code();
         tracing::info!(
@@ -317,8 +336,14 @@ impl Pipeline {
                 by = search.by,
                 "stage"
             );
+            if search.asked_model() {
+                clock.since(t);
+            }
+            telemetry::stage("reformulate", t.elapsed());
             let t = Instant::now();
-            match self.retriever.find(&search.query).await {
+            let found = self.retriever.find(&search.query).await;
+            telemetry::stage("retrieve", t.elapsed());
+            match found {
                 Ok(found) => {
                     tracing::info!(
                         stage = "retrieve",
@@ -336,8 +361,9 @@ impl Pipeline {
             }
         }
 
+        // The window is the upstream's (asked once, then known).
+        let window = clock.time(self.window()).await;
         let t = Instant::now();
-        let window = self.window().await;
         let answer_tokens = request
             .params
             .max_tokens
@@ -370,6 +396,7 @@ impl Pipeline {
             messages = assembled.messages.len(),
             "stage"
         );
+        telemetry::stage("assemble", t.elapsed());
 
         request.model = self.config.upstream_model.clone();
         request.input = Input::Chat(assembled.messages);
@@ -381,7 +408,7 @@ impl Pipeline {
         }
         let prompt_estimate = estimate_tokens(&request.input);
         let sources: Vec<Source> = hits.iter().map(Source::of).collect();
-        let chunks = self.chat.stream(request).await?;
+        let chunks = clock.time(self.chat.stream(request)).await?;
         tracing::debug!(ms = ms(started), "upstream accepted the assistant turn");
         let memory = match (held, &self.sessions) {
             (Some(held), Some(sessions)) => Some(Memory {
@@ -394,7 +421,7 @@ impl Pipeline {
         };
         Ok(answer_events(
             chunks,
-            self.upstream(),
+            self.upstream(clock),
             prompt_estimate,
             Some(Assistant {
                 sources,
@@ -405,10 +432,11 @@ impl Pipeline {
         ))
     }
 
-    fn upstream(&self) -> Upstream {
+    fn upstream(&self, clock: Arc<UpstreamClock>) -> Upstream {
         Upstream {
             url: self.chat.base_url().to_string(),
             idle_timeout: self.config.idle_timeout,
+            clock,
         }
     }
 
@@ -551,6 +579,8 @@ impl Drop for Memory {
 struct Upstream {
     url: String,
     idle_timeout: Duration,
+    /// Time spent awaiting the next chunk is upstream time.
+    clock: Arc<UpstreamClock>,
 }
 
 /// Upstream chunks → pipeline events; usage is estimated when the upstream gave none. An
@@ -572,7 +602,10 @@ fn answer_events(
         }
         let mut deltas = 0u64;
         loop {
-            let item = match tokio::time::timeout(upstream.idle_timeout, chunks.next()).await {
+            let waiting = Instant::now();
+            let next = tokio::time::timeout(upstream.idle_timeout, chunks.next()).await;
+            upstream.clock.since(waiting);
+            let item = match next {
                 Ok(Some(item)) => item,
                 Ok(None) => break,
                 Err(_) => Err(UpstreamError::new(

@@ -38,6 +38,13 @@ pub struct Reformulation {
     pub by: &'static str,
 }
 
+impl Reformulation {
+    /// The upstream model was asked (its rewrite used or not).
+    pub fn asked_model(&self) -> bool {
+        matches!(self.by, "llm" | "fallback")
+    }
+}
+
 /// Identifiers taken from the selection when there is no model to rewrite the query.
 const ANCHOR_IDENTIFIERS: usize = 16;
 /// Longest selection shown to the model, in characters.

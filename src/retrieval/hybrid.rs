@@ -4,11 +4,13 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::fusion::{rrf, Ranked};
 use super::{DocType, Hit, KnowledgeChunk, Lang, LexicalIndex, VectorStore};
 use crate::config::RetrievalSettings;
 use crate::llm::Embedder;
+use crate::telemetry;
 
 /// Which lists a search uses (the evaluation compares all three).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +33,15 @@ pub struct Found {
     pub hits: Vec<Scored>,
     pub lexical: usize,
     pub dense: usize,
+}
+
+/// Each part's state for `/ready`: JSON objects with a `status` (`ok`, `degraded`,
+/// `disabled`) and a `reason` when not ok.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Readiness {
+    pub lexical_index: serde_json::Value,
+    pub embedder: serde_json::Value,
+    pub vector_store: serde_json::Value,
 }
 
 /// The state of the dense half, for `/ready`.
@@ -76,45 +87,98 @@ impl Retriever {
         }
     }
 
-    /// Each index's state for `/ready`: (lexical, vectors), as JSON objects with a
-    /// `status` of `ok`, `degraded` or `disabled` and a reason when not ok.
-    pub async fn readiness(&self) -> (serde_json::Value, serde_json::Value) {
+    /// Each part's state for `/ready`, probed afresh (the embedder with a tiny text,
+    /// each store for its size), each probe bounded by `wait`. The probes also reset the
+    /// dense half's state: a failing one degrades it, all answering recovers it.
+    pub async fn readiness(&self, wait: Duration) -> Readiness {
         use serde_json::json;
-        let index = self.lexical.clone();
-        let lexical = match tokio::task::spawn_blocking(move || index.len()).await {
+        let secs = wait.as_secs_f64();
+        let lexical_index = match tokio::time::timeout(wait, self.lexical_len()).await {
             Ok(Ok(0)) => {
                 json!({"status": "degraded", "chunks": 0, "reason": "the knowledge base is empty: run `assist-gateway ingest PATH`"})
             }
             Ok(Ok(n)) => json!({"status": "ok", "chunks": n}),
             Ok(Err(e)) => json!({"status": "degraded", "reason": format!("{e:#}")}),
-            Err(e) => json!({"status": "degraded", "reason": e.to_string()}),
+            Err(_) => json!({"status": "degraded", "reason": format!("no answer within {secs} s")}),
         };
-        // Probe the embedder, so readiness does not wait for a search to fail.
-        if let Some((embedder, _)) = &self.dense {
-            match embedder.embed(&["readiness probe".to_string()]).await {
-                Ok(_) => self.recover(),
-                Err(e) => self.degrade(format!("embedder {}: {e}", embedder.describe())),
+        let Some((embedder, store)) = &self.dense else {
+            return Readiness {
+                lexical_index,
+                embedder: json!({"status": "disabled", "reason": "embeddings.provider = \"none\": BM25 only"}),
+                vector_store: json!({"status": "disabled", "reason": "no embedder: BM25 only"}),
+            };
+        };
+        let name = embedder.describe();
+        let probe_text = ["readiness probe".to_string()];
+        let (probe, count) = tokio::join!(
+            tokio::time::timeout(wait, embedder.embed(&probe_text)),
+            tokio::time::timeout(wait, store.count()),
+        );
+        let mut failure = None;
+        let embedder = match probe {
+            Ok(Ok(v)) => {
+                json!({"status": "ok", "embedder": name, "dimension": v.first().map_or(0, Vec::len)})
             }
+            Ok(Err(e)) => {
+                let reason = format!("embedder {name}: {e}");
+                failure = Some(reason.clone());
+                json!({"status": "degraded", "embedder": name, "reason": reason})
+            }
+            Err(_) => {
+                let reason = format!("embedder {name} did not answer within {secs} s");
+                failure = Some(reason.clone());
+                json!({"status": "degraded", "embedder": name, "reason": reason})
+            }
+        };
+        let vector_store = match count {
+            Ok(Ok(0)) => {
+                json!({"status": "degraded", "points": 0, "reason": "the vector store is empty: run `assist-gateway ingest PATH`"})
+            }
+            Ok(Ok(n)) => json!({"status": "ok", "points": n}),
+            Ok(Err(e)) => {
+                let reason = format!("vector store: {e:#}");
+                failure.get_or_insert(reason.clone());
+                json!({"status": "degraded", "reason": reason})
+            }
+            Err(_) => {
+                let reason = format!("vector store: no answer within {secs} s");
+                failure.get_or_insert(reason.clone());
+                json!({"status": "degraded", "reason": reason})
+            }
+        };
+        match failure {
+            Some(reason) => self.degrade(reason),
+            None => self.recover(),
         }
-        let vectors = match &self.dense {
-            None => {
-                json!({"status": "disabled", "reason": "embeddings.provider = \"none\": BM25 only"})
-            }
-            Some((embedder, store)) => match (self.dense_state(), store.count().await) {
-                (DenseState::Degraded(reason), _) => {
-                    json!({"status": "degraded", "embedder": embedder.describe(), "reason": reason})
-                }
-                (_, Ok(0)) => {
-                    json!({"status": "degraded", "embedder": embedder.describe(), "points": 0,
-                                     "reason": "the vector store is empty: run `assist-gateway ingest PATH`"})
-                }
-                (_, Ok(n)) => json!({"status": "ok", "embedder": embedder.describe(), "points": n}),
-                (_, Err(e)) => {
-                    json!({"status": "degraded", "embedder": embedder.describe(), "reason": format!("{e:#}")})
-                }
-            },
+        Readiness {
+            lexical_index,
+            embedder,
+            vector_store,
+        }
+    }
+
+    /// Chunks in each index (lexical, vectors), each asked for at most `wait`; `None`
+    /// when it did not answer (or, for vectors, when there is no vector store).
+    pub async fn sizes(&self, wait: Duration) -> (Option<u64>, Option<u64>) {
+        let lexical = async {
+            tokio::time::timeout(wait, self.lexical_len())
+                .await
+                .ok()
+                .and_then(Result::ok)
         };
-        (lexical, vectors)
+        let vectors = async {
+            let (_, store) = self.dense.as_ref()?;
+            tokio::time::timeout(wait, store.count())
+                .await
+                .ok()
+                .and_then(Result::ok)
+        };
+        tokio::join!(lexical, vectors)
+    }
+
+    async fn lexical_len(&self) -> anyhow::Result<u64> {
+        let index = self.lexical.clone();
+        tokio::task::spawn_blocking(move || index.len()).await?
     }
 
     /// Records a dense failure; logs it the first time (and when the reason changes).
@@ -159,12 +223,14 @@ impl Retriever {
         let lang = Lang::detect(query);
         let weights = self.weights(mode, lang);
         // No embedding call when the dense list would not count.
+        let started = Instant::now();
         let vector = if weights.1 > 0.0 {
             self.query_vector(query).await
         } else {
             None
         };
-        self.search_prepared(query, lang, vector.as_deref(), weights, top)
+        let embedding = (weights.1 > 0.0 && self.dense.is_some()).then(|| started.elapsed());
+        self.search_prepared(query, lang, vector.as_deref(), weights, top, embedding)
             .await
     }
 
@@ -179,7 +245,7 @@ impl Retriever {
     ) -> anyhow::Result<Vec<Scored>> {
         let lang = Lang::detect(query);
         let weights = self.weights(mode, lang);
-        self.search_prepared(query, lang, vector, weights, top)
+        self.search_prepared(query, lang, vector, weights, top, None)
             .await
             .map(|f| f.hits)
     }
@@ -197,7 +263,8 @@ impl Retriever {
         }
     }
 
-    /// Both lists at once, then the fusion.
+    /// Both lists at once, then the fusion. `embedding` is the time the query's vector
+    /// took, when it was asked for (part of the dense list's time).
     async fn search_prepared(
         &self,
         query: &str,
@@ -205,26 +272,42 @@ impl Retriever {
         vector: Option<&[f32]>,
         weights: (f32, f32),
         top: usize,
+        embedding: Option<Duration>,
     ) -> anyhow::Result<Found> {
         let n = self.settings.candidates.max(top);
         let lexical = async {
             if weights.0 <= 0.0 {
                 return Ok(Vec::new());
             }
+            let started = Instant::now();
             let index = self.lexical.clone();
             let q = query.to_string();
-            tokio::task::spawn_blocking(move || index.search(&q, lang, n)).await?
+            let hits = tokio::task::spawn_blocking(move || index.search(&q, lang, n)).await?;
+            telemetry::retrieval("lexical", started.elapsed());
+            hits
         };
         let dense = async {
-            match vector {
+            let started = Instant::now();
+            let hits = match vector {
                 Some(v) if weights.1 > 0.0 => self.vector_hits(v, n).await,
                 _ => Vec::new(),
+            };
+            let searched = (vector.is_some() && weights.1 > 0.0).then(|| started.elapsed());
+            if let Some(took) = match (embedding, searched) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or_default() + b.unwrap_or_default()),
+            } {
+                telemetry::retrieval("dense", took);
             }
+            hits
         };
         let (lexical, dense): (anyhow::Result<Vec<Hit>>, Vec<Hit>) = tokio::join!(lexical, dense);
         let lexical = lexical?;
+        let started = Instant::now();
+        let hits = self.fuse(query, &lexical, &dense, weights, top);
+        telemetry::retrieval("fusion", started.elapsed());
         Ok(Found {
-            hits: self.fuse(query, &lexical, &dense, weights, top),
+            hits,
             lexical: lexical.len(),
             dense: dense.len(),
         })

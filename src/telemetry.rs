@@ -1,0 +1,266 @@
+//! Metrics: the Prometheus recorder behind the `metrics` facade (installed once per
+//! process, rendered by `GET /metrics`), the histogram buckets, and the few recording
+//! helpers the gateway's hot paths call. Every name the gateway records is in this file
+//! (other modules may add their own `assist_*` counters through the facade).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use metrics::{describe_counter, describe_gauge, describe_histogram, SharedString, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Upper bounds (seconds) of the buckets of every `*_seconds` histogram: from 100 µs
+/// (the gateway's own work) to 5 minutes (long answers).
+pub const BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// How often histograms are folded into their buckets between scrapes (bounds memory
+/// when nobody scrapes).
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
+static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the Prometheus recorder as the process's metrics recorder, once; later calls
+/// (every gateway started in the same process) return the same handle. `None` when
+/// another recorder was installed first: the facade then records into that one.
+pub fn install() -> Option<&'static PrometheusHandle> {
+    RECORDER
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
+                .expect("the bucket list is not empty");
+            match builder.install_recorder() {
+                Ok(handle) => {
+                    describe();
+                    metrics::gauge!("assist_build_info", "version" => env!("CARGO_PKG_VERSION"))
+                        .set(1.0);
+                    let upkeep = handle.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name("metrics-upkeep".into())
+                        .spawn(move || loop {
+                            std::thread::sleep(UPKEEP_EVERY);
+                            upkeep.run_upkeep();
+                        });
+                    if let Err(e) = spawned {
+                        tracing::warn!(error = %e, "no metrics upkeep thread: histograms are folded at scrape time only");
+                    }
+                    Some(handle)
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "another metrics recorder is installed: /metrics has nothing to render");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+fn describe() {
+    describe_counter!(
+        "assist_requests_total",
+        "Requests answered, by route, model and HTTP status"
+    );
+    describe_histogram!(
+        "assist_request_duration_seconds",
+        Unit::Seconds,
+        "Whole request, until the last byte of the answer (streams included)"
+    );
+    describe_histogram!(
+        "assist_ttft_seconds",
+        Unit::Seconds,
+        "Time to the first token sent to the client (non-streams: to the whole answer)"
+    );
+    describe_histogram!(
+        "assist_gateway_overhead_seconds",
+        Unit::Seconds,
+        "Request time not spent waiting on the upstream model"
+    );
+    describe_counter!(
+        "assist_tokens_streamed_total",
+        "Completion tokens sent to clients (the upstream's count, else deltas)"
+    );
+    describe_counter!(
+        "assist_upstream_errors_total",
+        "Requests that ended with an upstream error, by kind"
+    );
+    describe_histogram!(
+        "assist_pipeline_stage_seconds",
+        Unit::Seconds,
+        "Time of each assistant pipeline stage"
+    );
+    describe_histogram!(
+        "assist_retrieval_seconds",
+        Unit::Seconds,
+        "Time of each retrieval list (lexical, dense incl. query embedding) and the fusion"
+    );
+    describe_gauge!("assist_sessions", "Conversation sessions kept by the store");
+    describe_gauge!("assist_index_chunks", "Chunks in each knowledge index");
+    describe_gauge!("assist_streams_active", "Streaming responses open now");
+    describe_gauge!("assist_build_info", "The running build (value is always 1)");
+}
+
+/// Time one request spent waiting on the upstream model: for its headers, between its
+/// chunks, and on the pipeline's own model calls (classify, reformulate, the context
+/// window lookup). Added to by the pipeline, read when the request ends.
+#[derive(Debug, Default)]
+pub struct UpstreamClock {
+    nanos: AtomicU64,
+}
+
+impl UpstreamClock {
+    pub fn add(&self, waited: Duration) {
+        let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Adds the time since `start`.
+    pub fn since(&self, start: Instant) {
+        self.add(start.elapsed());
+    }
+
+    /// Awaits `call`, counting its whole time as upstream time.
+    pub async fn time<F: std::future::Future>(&self, call: F) -> F::Output {
+        let start = Instant::now();
+        let out = call.await;
+        self.since(start);
+        out
+    }
+
+    pub fn total(&self) -> Duration {
+        Duration::from_nanos(self.nanos.load(Ordering::Relaxed))
+    }
+}
+
+/// One pipeline stage's time.
+pub fn stage(stage: &'static str, took: Duration) {
+    metrics::histogram!("assist_pipeline_stage_seconds", "stage" => stage).record(took);
+}
+
+/// One retrieval list's time (`lexical`, `dense`) or the fusion's (`fusion`).
+pub fn retrieval(list: &'static str, took: Duration) {
+    metrics::histogram!("assist_retrieval_seconds", "list" => list).record(took);
+}
+
+/// A request that is not a chat request (those report through [`ChatRequest`]).
+pub fn request(route: SharedString, status: u16, took: Duration) {
+    let status = status_label(status);
+    metrics::counter!("assist_requests_total", "route" => route.clone(), "model" => "", "status" => status)
+        .increment(1);
+    metrics::histogram!("assist_request_duration_seconds", "route" => route, "model" => "")
+        .record(took);
+}
+
+/// How a chat request ended, recorded once when it is over.
+pub struct ChatRequest<'a> {
+    pub route: &'static str,
+    /// Empty when the name cannot be trusted to be a served model (see `model_label`).
+    pub model: &'a str,
+    pub status: u16,
+    pub total: Duration,
+    pub ttft: Option<Duration>,
+    pub upstream: Duration,
+    /// Completion tokens sent; `None` when nothing was generated.
+    pub tokens: Option<u64>,
+    /// The kind of upstream error that ended the request.
+    pub upstream_error: Option<&'static str>,
+}
+
+impl ChatRequest<'_> {
+    pub fn record(self) {
+        let model = SharedString::from(Arc::<str>::from(self.model));
+        let route = self.route;
+        metrics::counter!("assist_requests_total",
+            "route" => route, "model" => model.clone(), "status" => status_label(self.status))
+        .increment(1);
+        metrics::histogram!("assist_request_duration_seconds", "route" => route, "model" => model.clone())
+            .record(self.total);
+        metrics::histogram!("assist_gateway_overhead_seconds", "route" => route, "model" => model.clone())
+            .record(self.total.saturating_sub(self.upstream));
+        if let Some(ttft) = self.ttft {
+            metrics::histogram!("assist_ttft_seconds", "route" => route, "model" => model.clone())
+                .record(ttft);
+        }
+        if let Some(tokens) = self.tokens {
+            metrics::counter!("assist_tokens_streamed_total", "model" => model).increment(tokens);
+        }
+        if let Some(kind) = self.upstream_error {
+            metrics::counter!("assist_upstream_errors_total", "kind" => kind).increment(1);
+        }
+    }
+}
+
+/// The model label of a chat request: the name as asked, except on responses that
+/// reject the request itself (400, 404, 405, 413, 422), whose model may be any string a
+/// client typed: those get an empty label, so a client cannot grow the series count.
+pub fn model_label(model: &str, status: u16) -> &str {
+    match status {
+        400 | 404 | 405 | 413 | 422 => "",
+        _ => model,
+    }
+}
+
+/// The `kind` label of an upstream error.
+pub fn upstream_error_kind(kind: &crate::llm::UpstreamErrorKind) -> Option<&'static str> {
+    use crate::llm::UpstreamErrorKind as K;
+    Some(match kind {
+        K::Unreachable => "unreachable",
+        K::Timeout => "timeout",
+        K::Status(400..=499) => "status_4xx",
+        K::Status(500..=599) => "status_5xx",
+        K::Status(_) => "status_other",
+        K::Stream => "stream",
+        K::Protocol => "protocol",
+        K::Closed => "closed",
+        // The request could not be expressed for the upstream: not an upstream fault.
+        K::Unsupported => return None,
+    })
+}
+
+fn status_label(status: u16) -> SharedString {
+    let fixed = match status {
+        200 => "200",
+        400 => "400",
+        401 => "401",
+        403 => "403",
+        404 => "404",
+        405 => "405",
+        408 => "408",
+        413 => "413",
+        422 => "422",
+        429 => "429",
+        500 => "500",
+        502 => "502",
+        503 => "503",
+        504 => "504",
+        other => return SharedString::from(other.to_string()),
+    };
+    SharedString::const_str(fixed)
+}
+
+/// Counts one open streaming response while it lives.
+pub struct ActiveStream(());
+
+impl ActiveStream {
+    pub fn open() -> Self {
+        metrics::gauge!("assist_streams_active").increment(1.0);
+        Self(())
+    }
+}
+
+impl Drop for ActiveStream {
+    fn drop(&mut self) {
+        metrics::gauge!("assist_streams_active").decrement(1.0);
+    }
+}
+
+/// Scrape-time gauges.
+pub fn set_sessions(n: u64) {
+    metrics::gauge!("assist_sessions").set(n as f64);
+}
+
+pub fn set_index_chunks(index: &'static str, n: u64) {
+    metrics::gauge!("assist_index_chunks", "index" => index).set(n as f64);
+}
