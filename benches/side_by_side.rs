@@ -586,7 +586,22 @@ async fn measure(
     let plain = body(&target.model, false);
     let streamed = body(&target.model, true);
     upstream.set_default(answer(knobs.tokens, Duration::ZERO));
-    // Warm-up (connections, lazy imports, caches), then idle memory.
+    // Warm-up (connections, lazy imports, caches), then idle memory. A few requests one
+    // at a time first: LiteLLM's workers initialise on their first requests.
+    for _ in 0..20 {
+        let due = Instant::now();
+        let last_token = format!("tok{}", knobs.tokens - 1);
+        let _ = one(
+            client,
+            &target.url,
+            plain.clone(),
+            false,
+            &last_token,
+            due,
+            Duration::from_secs(30),
+        )
+        .await;
+    }
     let warm = run.open_loop(&plain, false, 50.0, 2.0).await;
     eprintln!("{name}: warm-up: {}", warm.summary());
     run.recover(&plain, &warm).await;
