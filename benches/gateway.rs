@@ -17,124 +17,21 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{percentile, rss_kib, start_gateway, GatewayOptions, GatewayProcess, RssSampler};
 use serde_json::json;
 use support::{Reply, ScriptedUpstream, UPSTREAM_MODEL};
-
-struct GatewayProcess {
-    child: Child,
-    url: String,
-    /// The gateway's log (JSON lines) and data_dir.
-    log: std::path::PathBuf,
-    _data: tempfile::TempDir,
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// The gateway binary cargo built next to this benchmark (target/<profile>/).
-fn gateway_binary() -> std::path::PathBuf {
-    if let Some(path) = option_env!("CARGO_BIN_EXE_assist-gateway") {
-        return path.into();
-    }
-    let exe = std::env::current_exe().expect("the benchmark's own path");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    profile_dir.join("assist-gateway")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn start_gateway(upstream: &ScriptedUpstream) -> GatewayProcess {
-    let port = free_port();
-    let data = tempfile::tempdir().unwrap();
-    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/knowledge");
-    let ingested = Command::new(gateway_binary())
-        .arg("ingest")
-        .arg(&examples)
-        .env("ASSIST__DATA_DIR", data.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("run assist-gateway ingest");
-    assert!(ingested.success(), "ingest examples/knowledge");
-    let log = data.path().join("gateway.log");
-    let child = Command::new(gateway_binary())
-        .arg("serve")
-        .env("ASSIST__DATA_DIR", data.path())
-        .env("ASSIST__LOG__FORMAT", "json")
-        .env("ASSIST__SERVER__ADDR", format!("127.0.0.1:{port}"))
-        .env("ASSIST__LLM__PROVIDER", "openai")
-        .env("ASSIST__LLM__BASE_URL", format!("{}/v1", upstream.root()))
-        .env("ASSIST__LLM__MODEL", UPSTREAM_MODEL)
-        .env("ASSIST__ASSISTANT__PASSTHROUGH", "true")
-        .env("ASSIST__LOG__LEVEL", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("start the assist-gateway binary");
-    // Owned from here on, so the process is killed and reaped on every path.
-    let gateway = GatewayProcess {
-        child,
-        url: format!("http://127.0.0.1:{port}"),
-        log,
-        _data: data,
-    };
-    let client = reqwest::Client::new();
-    for _ in 0..200 {
-        if client
-            .get(format!("{}/health", gateway.url))
-            .send()
-            .await
-            .is_ok()
-        {
-            return gateway;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the gateway did not start");
-}
 
 struct Run {
     latencies_us: Vec<u64>,
     /// Time until the first answer token arrived.
     ttft_us: Vec<u64>,
     seconds: f64,
-}
-
-fn percentile(values: &[u64], p: f64) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_unstable();
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i] as f64 / 1000.0
 }
 
 impl Run {
@@ -299,8 +196,9 @@ async fn bench() {
         delay: Duration::ZERO,
         finish: "stop",
     });
-    let gateway = start_gateway(&upstream).await;
-    let pid = gateway.child.id();
+    common::kill_children_on_signal();
+    let gateway = start_gateway(&upstream, &GatewayOptions::default()).await;
+    let pid = gateway.pid();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let idle_rss = rss_kib(pid);
 
@@ -311,18 +209,8 @@ async fn bench() {
     let direct = format!("{}/v1/chat/completions", upstream.root());
     let via = format!("{}/v1/chat/completions", gateway.url);
 
-    // Peak memory while under load, sampled every 10 ms.
-    let peak = Arc::new(AtomicU64::new(idle_rss));
-    let sampling = Arc::new(AtomicBool::new(true));
-    let sampler = {
-        let (peak, sampling) = (peak.clone(), sampling.clone());
-        tokio::spawn(async move {
-            while sampling.load(Ordering::Relaxed) {
-                peak.fetch_max(rss_kib(pid), Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-    };
+    // Peak memory while under load.
+    let sampler = RssSampler::start(pid);
 
     println!(
         "assist-gateway overhead: {total} requests per row, {tokens}-token answers, OpenAI dialect"
@@ -381,14 +269,13 @@ async fn bench() {
             }
         }
     }
-    sampling.store(false, Ordering::Relaxed);
-    let _ = sampler.await;
+    let peak = sampler.stop().await;
     stages(&client, &gateway, total.min(1000)).await;
     println!();
     println!(
         "gateway RSS: idle {:.1} MiB, peak under load {:.1} MiB",
         idle_rss as f64 / 1024.0,
-        peak.load(Ordering::Relaxed) as f64 / 1024.0
+        peak as f64 / 1024.0
     );
     drop(gateway);
 }

@@ -169,6 +169,11 @@ impl ScriptedUpstream {
         self.shared.requests.lock().unwrap().clone()
     }
 
+    /// Forgets the requests recorded so far (keeps long benchmarks' memory bounded).
+    pub fn clear_requests(&self) {
+        self.shared.requests.lock().unwrap().clear();
+    }
+
     pub fn last_request(&self) -> Recorded {
         self.requests()
             .pop()

@@ -1,0 +1,334 @@
+//! Pieces the benchmarks share: child processes that never outlive the benchmark, the
+//! release gateway started as its own process (optionally with `examples/knowledge`
+//! ingested), resident memory of a process tree, free ports, percentiles, env knobs.
+//!
+//! A benchmark that uses this module also declares `mod support;` (the scripted upstream).
+#![allow(dead_code)]
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::support::{ScriptedUpstream, UPSTREAM_MODEL};
+
+/// Process groups of every child still running, killed on Ctrl-C / SIGTERM.
+static GROUPS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+fn kill_group(pgid: u32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// A child process in its own process group (so a server that forks workers goes with
+/// it); the whole group is killed and the child reaped when this is dropped.
+pub struct Proc {
+    pub child: Child,
+    pub name: String,
+}
+
+impl Proc {
+    /// Starts `cmd` in a new process group and registers it for clean-up on signals.
+    pub fn spawn(name: &str, cmd: &mut Command) -> Proc {
+        let child = cmd
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {name}: {e}"));
+        GROUPS.lock().unwrap().push(child.id());
+        Proc {
+            child,
+            name: name.to_string(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Fails with the process's name if it has already exited.
+    pub fn check_alive(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("{} exited early: {status}", self.name);
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let pgid = self.child.id();
+        kill_group(pgid);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        GROUPS.lock().unwrap().retain(|g| *g != pgid);
+    }
+}
+
+/// On Ctrl-C or SIGTERM: kill every child process group, then exit (130).
+pub fn kill_children_on_signal() {
+    tokio::spawn(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("interrupted: stopping the child processes");
+        for pgid in GROUPS.lock().unwrap().drain(..) {
+            kill_group(pgid);
+        }
+        std::process::exit(130);
+    });
+}
+
+/// Resident memory of one process, KiB (0 if it is gone).
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Resident memory of a process and all its descendants (server workers), KiB.
+pub fn rss_tree_kib(pid: u32) -> u64 {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let Some(p) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces.
+            if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
+                if let Some(ppid) = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .and_then(|v| v.parse().ok())
+                {
+                    parents.push((p, ppid));
+                }
+            }
+        }
+    }
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    tree.into_iter().map(rss_kib).sum()
+}
+
+/// Samples a process tree's resident memory every 20 ms and keeps the peak.
+pub struct RssSampler {
+    peak: Arc<AtomicU64>,
+    running: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RssSampler {
+    pub fn start(pid: u32) -> Self {
+        let peak = Arc::new(AtomicU64::new(rss_tree_kib(pid)));
+        let running = Arc::new(AtomicBool::new(true));
+        let task = {
+            let (peak, running) = (peak.clone(), running.clone());
+            tokio::spawn(async move {
+                while running.load(Ordering::Relaxed) {
+                    let rss = tokio::task::spawn_blocking(move || rss_tree_kib(pid))
+                        .await
+                        .unwrap_or(0);
+                    peak.fetch_max(rss, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        };
+        Self {
+            peak,
+            running,
+            task,
+        }
+    }
+
+    /// Peak so far, KiB.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Stops sampling; returns the peak, KiB.
+    pub async fn stop(self) -> u64 {
+        self.running.store(false, Ordering::Relaxed);
+        let peak = self.peak.clone();
+        let _ = self.task.await;
+        peak.load(Ordering::Relaxed)
+    }
+}
+
+pub fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// The gateway binary cargo built next to this benchmark (target/<profile>/).
+pub fn gateway_binary() -> PathBuf {
+    if let Some(path) = option_env!("CARGO_BIN_EXE_assist-gateway") {
+        return path.into();
+    }
+    let exe = std::env::current_exe().expect("the benchmark's own path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps");
+    profile_dir.join("assist-gateway")
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An environment knob, or its default when unset (a value that does not parse fails).
+pub fn env_or<T: FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a valid value")),
+        _ => default,
+    }
+}
+
+/// The `p` quantile (0..=1) of microsecond values, in milliseconds (NaN when empty).
+pub fn percentile(values: &[u64], p: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = values.to_vec();
+    v.sort_unstable();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i] as f64 / 1000.0
+}
+
+/// Waits until GET `url` answers 200, at most `secs` seconds.
+pub async fn wait_ok(url: &str, secs: u64, proc_: &mut Proc) {
+    let client = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        proc_.check_alive();
+        if let Ok(r) = client.get(url).timeout(Duration::from_secs(2)).send().await {
+            if r.status().is_success() {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{} did not answer {url} within {secs} s", proc_.name);
+}
+
+/// How to start the gateway.
+#[derive(Clone, Debug)]
+pub struct GatewayOptions {
+    /// `assistant.passthrough`: the upstream's own models are served as they are.
+    pub passthrough: bool,
+    /// Ingest `examples/knowledge` into the data_dir first.
+    pub knowledge: bool,
+    /// `log.level` (the gateway's default is "info").
+    pub log_level: String,
+    /// Extra `ASSIST__…` settings.
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> Self {
+        Self {
+            passthrough: true,
+            knowledge: true,
+            log_level: "info".into(),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// The release gateway in its own process, on a free loopback port, in front of the
+/// scripted upstream's OpenAI dialect.
+pub struct GatewayProcess {
+    pub proc_: Proc,
+    pub url: String,
+    /// The gateway's log (JSON lines).
+    pub log: PathBuf,
+    _data: tempfile::TempDir,
+}
+
+impl GatewayProcess {
+    pub fn pid(&self) -> u32 {
+        self.proc_.pid()
+    }
+}
+
+pub async fn start_gateway(upstream: &ScriptedUpstream, opts: &GatewayOptions) -> GatewayProcess {
+    let port = free_port();
+    let data = tempfile::tempdir().unwrap();
+    if opts.knowledge {
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/knowledge");
+        let ingested = Command::new(gateway_binary())
+            .arg("ingest")
+            .arg(&examples)
+            .env("ASSIST__DATA_DIR", data.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run assist-gateway ingest");
+        assert!(ingested.success(), "ingest examples/knowledge");
+    }
+    let log = data.path().join("gateway.log");
+    let mut cmd = Command::new(gateway_binary());
+    cmd.arg("serve")
+        .env("ASSIST__DATA_DIR", data.path())
+        .env("ASSIST__LOG__FORMAT", "json")
+        .env("ASSIST__LOG__LEVEL", &opts.log_level)
+        .env("ASSIST__SERVER__ADDR", format!("127.0.0.1:{port}"))
+        .env("ASSIST__LLM__PROVIDER", "openai")
+        .env("ASSIST__LLM__BASE_URL", format!("{}/v1", upstream.root()))
+        .env("ASSIST__LLM__MODEL", UPSTREAM_MODEL)
+        .env(
+            "ASSIST__ASSISTANT__PASSTHROUGH",
+            opts.passthrough.to_string(),
+        )
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    for (k, v) in &opts.env {
+        cmd.env(k, v);
+    }
+    let mut proc_ = Proc::spawn("assist-gateway", &mut cmd);
+    let url = format!("http://127.0.0.1:{port}");
+    wait_ok(&format!("{url}/health"), 30, &mut proc_).await;
+    GatewayProcess {
+        proc_,
+        url,
+        log,
+        _data: data,
+    }
+}
