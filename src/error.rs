@@ -17,6 +17,9 @@ pub struct GatewayError {
     pub message: String,
     /// What failed, when the error came from the upstream (for metrics).
     pub upstream: Option<UpstreamErrorKind>,
+    /// Seconds the client should wait before trying again (`retry-after`), when the
+    /// upstream said so on its 429 / 503.
+    pub retry_after: Option<u64>,
 }
 
 impl std::fmt::Display for GatewayError {
@@ -36,6 +39,7 @@ impl GatewayError {
             param: None,
             message: message.into(),
             upstream: None,
+            retry_after: None,
         }
     }
 
@@ -124,6 +128,8 @@ impl From<UpstreamError> for GatewayError {
         use crate::llm::UpstreamErrorKind as K;
         let message = e.to_string();
         let upstream = Some(e.kind.clone());
+        // Whole seconds, rounded up, as the header carries them.
+        let retry_after = e.retry_after.map(|d| d.as_millis().div_ceil(1000) as u64);
         let error = match e.kind {
             K::Unreachable => Self::new(StatusCode::BAD_GATEWAY, "upstream_error", message)
                 .with_code("upstream_unreachable"),
@@ -148,6 +154,10 @@ impl From<UpstreamError> for GatewayError {
             K::Unsupported => Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
                 .with_code("unsupported_by_upstream"),
         };
-        Self { upstream, ..error }
+        Self {
+            upstream,
+            retry_after,
+            ..error
+        }
     }
 }

@@ -21,6 +21,8 @@ struct Got {
     text: String,
     error: Option<String>,
     code: Option<String>,
+    /// The `retry-after` header of an error response.
+    retry_after: Option<String>,
 }
 
 impl Got {
@@ -56,7 +58,10 @@ async fn ask_model(
     if let Some(s) = session {
         body["session_id"] = json!(s);
     }
-    let (status, _, text) = post(&gw.url(path), body).await;
+    let (status, headers, text) = post(&gw.url(path), body).await;
+    let retry_after = headers
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
     let openai = path.starts_with("/v1");
     if status != 200 {
         let v: Value =
@@ -73,6 +78,7 @@ async fn ask_model(
             text: String::new(),
             error: Some(message.unwrap_or_else(|| panic!("no message: {v}")).into()),
             code,
+            retry_after,
         };
     }
     let mut got = Got {
@@ -80,6 +86,7 @@ async fn ask_model(
         text: String::new(),
         error: None,
         code: None,
+        retry_after: None,
     };
     let items: Vec<Value> = match (openai, stream) {
         (true, true) => sse_events(&text)
@@ -179,6 +186,25 @@ async fn connection_refused_on_the_primary_falls_back_with_the_fallbacks_model()
         assert_eq!(sent.len(), 4);
         assert!(sent.iter().all(|r| r.body["model"] == FALLBACK_MODEL));
         assert!(primary.requests().is_empty());
+
+        // Readiness lists both: the primary down with its reason, the fallback answering,
+        // so the gateway still serves (200) but is degraded.
+        let (status, ready) = get_json(&gw.url("/ready")).await;
+        assert_eq!(status, 200, "{ready}");
+        assert_eq!(ready["status"], "degraded");
+        let upstreams = ready["checks"]["upstream"].as_array().unwrap();
+        assert_eq!(upstreams.len(), 2, "{ready}");
+        assert_eq!(upstreams[0]["role"], "primary");
+        assert_eq!(upstreams[0]["status"], "down");
+        assert_eq!(upstreams[0]["url"], dead.as_str());
+        assert!(upstreams[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("unreachable"));
+        // Three refused attempts (retries = 2) started its cooldown.
+        assert_eq!(upstreams[0]["cooling_down"], true, "{ready}");
+        assert_eq!(upstreams[1]["role"], "fallback");
+        assert_eq!(upstreams[1]["status"], "ok");
     }
 }
 
@@ -239,6 +265,18 @@ async fn status_500_and_429_with_and_without_body_are_retried_until_an_answer() 
                     "two failures, then the answer: {provider:?} {status} {body:?}"
                 );
             }
+        }
+        // Each retry is counted for this upstream, each failure with its kind.
+        let (_, metrics) = get_json(&gw.url("/metrics")).await;
+        let metrics = metrics.as_str().unwrap();
+        let url = base_url(&up, provider);
+        let retries = format!("assist_upstream_retries_total{{upstream=\"{url}\"}} 20");
+        assert!(metrics.contains(&retries), "{retries} in:\n{metrics}");
+        for (kind, n) in [("http_500", 8), ("http_503", 4), ("http_429", 8)] {
+            let line = format!(
+                "assist_upstream_attempt_failures_total{{upstream=\"{url}\",kind=\"{kind}\"}} {n}"
+            );
+            assert!(metrics.contains(&line), "{line} in:\n{metrics}");
         }
     }
 }
@@ -342,6 +380,8 @@ async fn retry_after_is_honoured() {
     let got = ask(&gw, "/v1/chat/completions", true).await;
     assert_eq!(got.status, 429, "{got:?}");
     assert!(got.error().contains("quota exhausted"));
+    // The upstream's wait is passed on, so the client's own backoff can honour it.
+    assert_eq!(got.retry_after.as_deref(), Some("3600"));
     assert_eq!(primary.requests().len() - before, 1);
 }
 

@@ -382,6 +382,8 @@ async fn upstream_errors_are_counted_by_kind() {
     let gw = Gateway::start(&up, Provider::Ollama, |s| {
         s.assistant.passthrough = true;
         s.llm.first_byte_timeout_secs = 1;
+        // One attempt each: this counts how requests end, not the retries.
+        s.llm.retries = 0;
     })
     .await;
     let before = scrape(&gw).await;

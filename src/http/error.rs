@@ -1,6 +1,6 @@
 //! Error shapes of the two dialects, as whole responses and as in-stream events.
 
-use axum::http::header::WWW_AUTHENTICATE;
+use axum::http::header::{RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -35,6 +35,11 @@ pub fn error_response(dialect: Dialect, e: &GatewayError) -> Response {
         response
             .headers_mut()
             .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    if let Some(secs) = e.retry_after {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
     }
     response
 }

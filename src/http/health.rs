@@ -60,19 +60,26 @@ pub(crate) async fn ready(State(state): State<AppState>) -> Response {
     (status, Json(body)).into_response()
 }
 
-/// One entry per upstream: whether it lists its models in time.
+/// One entry per upstream (primary, then fallbacks): whether it lists its models in time.
 async fn upstream_checks(state: &AppState) -> Vec<Value> {
-    let url = state.pipeline.upstream_url().to_string();
-    let check = tokio::time::timeout(READY_TIMEOUT, state.pipeline.upstream_ready()).await;
-    let entry = match check {
-        Ok(Ok(models)) => json!({"status": "ok", "role": "primary", "url": url, "models": models}),
-        Ok(Err(e)) => {
-            json!({"status": "down", "role": "primary", "url": url, "reason": e.to_string()})
-        }
-        Err(_) => json!({"status": "down", "role": "primary", "url": url,
-            "reason": format!("upstream {url} did not answer within {} s", READY_TIMEOUT.as_secs())}),
-    };
-    vec![entry]
+    state
+        .pipeline
+        .upstream_ready(READY_TIMEOUT)
+        .await
+        .into_iter()
+        .map(|p| {
+            let mut entry = match &p.models {
+                Ok(models) => json!({"status": "ok", "models": models}),
+                Err(reason) => json!({"status": "down", "reason": reason}),
+            };
+            entry["role"] = json!(p.role);
+            entry["url"] = json!(p.url);
+            if p.cooling_down {
+                entry["cooling_down"] = json!(true);
+            }
+            entry
+        })
+        .collect()
 }
 
 async fn session_check(state: &AppState) -> Value {

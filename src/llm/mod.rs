@@ -266,6 +266,49 @@ pub trait ChatModel: Send + Sync {
     async fn models(&self) -> Result<Vec<UpstreamModel>, UpstreamError>;
     /// Details of one upstream model; a 404 status when it does not exist.
     async fn show(&self, model: &str) -> Result<ModelCard, UpstreamError>;
+    /// Whether each upstream behind this model answers (for readiness), primary first.
+    /// Each probe waits at most `wait`.
+    async fn probe(&self, wait: Duration) -> Vec<UpstreamProbe> {
+        vec![UpstreamProbe::run("primary", self, wait, false).await]
+    }
+}
+
+/// The state of one upstream, as readiness reports it.
+#[derive(Debug, Clone)]
+pub struct UpstreamProbe {
+    /// `primary` or `fallback`.
+    pub role: &'static str,
+    pub url: String,
+    /// Skipped for now after repeated failures (`llm.cooldown_*`).
+    pub cooling_down: bool,
+    /// How many models it lists, or why it does not answer.
+    pub models: Result<usize, String>,
+}
+
+impl UpstreamProbe {
+    /// Lists the upstream's models, at most `wait`.
+    pub async fn run<C: ChatModel + ?Sized>(
+        role: &'static str,
+        chat: &C,
+        wait: Duration,
+        cooling_down: bool,
+    ) -> Self {
+        let url = chat.base_url().to_string();
+        let models = match tokio::time::timeout(wait, chat.models()).await {
+            Ok(Ok(models)) => Ok(models.len()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "upstream {url} did not answer within {} s",
+                wait.as_secs_f32()
+            )),
+        };
+        Self {
+            role,
+            url,
+            cooling_down,
+            models,
+        }
+    }
 }
 
 /// Turns texts into dense vectors (one per text, all of the same dimension).

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::{
     ChatModel, Chunk, ChunkStream, ModelCard, UpstreamError, UpstreamErrorKind, UpstreamModel,
-    UpstreamRequest,
+    UpstreamProbe, UpstreamRequest,
 };
 use crate::config::LlmSettings;
 
@@ -345,6 +345,16 @@ impl ChatModel for Resilient {
 
     async fn show(&self, model: &str) -> Result<ModelCard, UpstreamError> {
         self.targets[0].chat.show(model).await
+    }
+
+    /// Every upstream, the fallbacks too, probed at once.
+    async fn probe(&self, wait: Duration) -> Vec<UpstreamProbe> {
+        let now = Instant::now();
+        futures::future::join_all(self.targets.iter().enumerate().map(|(i, t)| {
+            let role = if i == 0 { "primary" } else { "fallback" };
+            UpstreamProbe::run(role, t.chat.as_ref(), wait, t.cooling(now))
+        }))
+        .await
     }
 }
 

@@ -23,7 +23,7 @@ use crate::context::EditorContext;
 use crate::error::GatewayError;
 use crate::llm::{
     ChatModel, Chunk, ChunkStream, FinishReason, Input, Message, ModelCard, Role, ToolCall,
-    UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamRequest, Usage,
+    UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamProbe, UpstreamRequest, Usage,
 };
 use crate::retrieval::hybrid::{Retriever, Scored};
 use crate::sessions::{Held, Sessions, Turn};
@@ -516,8 +516,9 @@ impl Pipeline {
     }
 
     /// Whether the upstream answers at all (for `/ready`).
-    pub async fn upstream_ready(&self) -> Result<usize, UpstreamError> {
-        self.chat.models().await.map(|m| m.len())
+    /// Whether each upstream (primary, then fallbacks) answers, each within `wait`.
+    pub async fn upstream_ready(&self, wait: Duration) -> Vec<UpstreamProbe> {
+        self.chat.probe(wait).await
     }
 }
 
