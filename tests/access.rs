@@ -427,16 +427,7 @@ async fn tls_serves_http1_and_http2_streams() {
         assert_eq!(r.version(), version);
         let events = sse_events(&r.text().await.unwrap());
         assert_eq!(events.last().unwrap(), "[DONE]");
-        let text: String = events
-            .iter()
-            .filter_map(|e| serde_json::from_str::<Value>(e).ok())
-            .filter_map(|c| {
-                c["choices"][0]["delta"]["content"]
-                    .as_str()
-                    .map(String::from)
-            })
-            .collect();
-        assert_eq!(text, "over tls");
+        assert_eq!(sse_text(&events), "over tls");
         let r = c.post(&url).json(&chat(false)).send().await.unwrap();
         assert_eq!(r.status(), 401, "keys still apply over TLS");
     }

@@ -212,16 +212,7 @@ fn failed_sse(text: &str) -> (String, Value) {
     let events = sse_events(text);
     assert_ne!(events.last().unwrap(), "[DONE]", "no [DONE] after an error");
     let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
-    let content: String = events[..events.len() - 1]
-        .iter()
-        .map(|e| serde_json::from_str::<Value>(e).unwrap())
-        .filter_map(|c| {
-            c["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(String::from)
-        })
-        .collect();
-    (content, last["error"].clone())
+    (sse_text(&events), last["error"].clone())
 }
 
 #[tokio::test]

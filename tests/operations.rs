@@ -210,16 +210,7 @@ async fn graceful_shutdown_lets_open_streams_finish() {
     let rest = response.text().await.unwrap();
     let events = sse_events(&(first + &rest));
     assert_eq!(events.last().unwrap(), "[DONE]", "the open stream finished");
-    let text: String = events[..events.len() - 1]
-        .iter()
-        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
-        .filter_map(|c| {
-            c["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(String::from)
-        })
-        .collect();
-    assert_eq!(text, "t0 t1 t2 t3 t4 t5 t6 t7 t8 t9 ");
+    assert_eq!(sse_text(&events), "t0 t1 t2 t3 t4 t5 t6 t7 t8 t9 ");
     tokio::time::timeout(Duration::from_secs(5), server)
         .await
         .expect("server stopped")

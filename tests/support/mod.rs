@@ -821,6 +821,20 @@ pub fn sse_events(body: &str) -> Vec<String> {
         .collect()
 }
 
+/// The answer text carried by SSE chat events (`choices[0].delta.content`); `[DONE]`,
+/// usage and error events carry none.
+pub fn sse_text(events: &[String]) -> String {
+    events
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect()
+}
+
 /// NDJSON lines of a body, checking there are no blank lines and no SSE prefix.
 pub fn ndjson_lines(body: &str) -> Vec<Value> {
     assert!(
