@@ -4,6 +4,7 @@
 mod auth;
 mod embeddings;
 mod error;
+mod eval;
 mod health;
 mod ollama;
 mod openai;
@@ -68,6 +69,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/embeddings", post(embeddings::openai))
         .route("/api/embed", post(embeddings::ollama_embed))
         .route("/api/embeddings", post(embeddings::ollama_legacy))
+        .route("/v1/eval", post(eval::evaluate))
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
         .route("/", get(health::root))
