@@ -135,6 +135,13 @@ fn main() -> ExitCode {
         // The answer is the output; stage logs only on request.
         settings.log.level = "warn".into();
     }
+    if let Command::Eval {
+        what: EvalCommand::Answers { .. },
+    } = cli.command
+    {
+        // The progress bar and the table are the output; RUST_LOG brings the stage logs back.
+        settings.log.level = "warn".into();
+    }
     init_logging(&settings);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,

@@ -189,6 +189,7 @@ impl Judge {
                 }
                 Err(e) => {
                     self.malformed.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("assist_eval_judge_unusable_replies_total").increment(1);
                     tracing::warn!(judgement = what, attempt = attempt + 1, problem = %e, "unusable judgement");
                     problem = e;
                 }
