@@ -642,6 +642,9 @@ pub fn table(r: &EvalResponse) -> String {
         "{:<18} {:>7.4}\nverdict            {}\n",
         "global_score", r.global_score, r.verdict
     ));
+    if r.scored == PerMetric::default() {
+        s.push_str("no metric could be scored: every judgement is missing (the global score is not a measurement)\n");
+    }
     s.push_str(&format!(
         "judge: {} calls, {} malformed replies, {} judgements missing; answer relevancy by {}\n\n",
         r.judge.calls, r.judge.malformed_replies, r.judge.missing, r.answer_relevancy_method

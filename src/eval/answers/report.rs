@@ -67,6 +67,9 @@ pub fn html(r: &EvalResponse) -> String {
                     span.verdict.(class_of(Some(r.global_score))) #verdict { (r.verdict) }
                     " (global score = mean of the non-zero metrics; ≥ 0.80 EXCELLENT, ≥ 0.60 ACCEPTABLE)"
                 }
+                @if r.scored == super::PerMetric::default() {
+                    p.notes { "No metric could be scored: every judgement is missing, so the global score is not a measurement." }
+                }
                 table #summary {
                     tr { th { "metric" } th { "score" } th { "questions scored" } th { "judgements missing" } }
                     @for (name, value) in overall {
