@@ -31,6 +31,8 @@ pub struct AppState {
     /// The knowledge base's embedder, also served by the embedding endpoints.
     pub embedder: Option<Arc<dyn Embedder>>,
     pub started: chrono::DateTime<chrono::Utc>,
+    /// Set while `POST /v1/eval` runs an evaluation (one at a time).
+    pub eval_running: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AppState {
@@ -172,6 +174,7 @@ pub fn build(settings: Settings) -> anyhow::Result<AppState> {
         settings: Arc::new(settings),
         pipeline: Arc::new(pipeline),
         started: chrono::Utc::now(),
+        eval_running: Arc::default(),
     })
 }
 

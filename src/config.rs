@@ -25,6 +25,8 @@ pub struct Settings {
     pub qdrant: QdrantSettings,
     pub retrieval: RetrievalSettings,
     pub ingest: IngestSettings,
+    pub judge: JudgeSettings,
+    pub eval: EvalSettings,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -213,6 +215,74 @@ pub struct IngestSettings {
     pub chunk_chars: usize,
     pub overlap_chars: usize,
     pub max_file_bytes: u64,
+}
+
+/// The model that judges answers in `eval answers` and `POST /v1/eval`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeSettings {
+    /// Used with `base_url`; an empty `base_url` takes the whole connection from `[llm]`.
+    pub provider: Provider,
+    pub base_url: String,
+    /// Empty = `llm.model`.
+    pub model: String,
+    pub api_key: String,
+    pub connect_timeout_secs: u64,
+    pub first_byte_timeout_secs: u64,
+    /// Longest one judgement may take, whole answer included.
+    pub timeout_secs: u64,
+    pub max_tokens: u32,
+    /// Ask for JSON output (`response_format` / Ollama `format`).
+    pub json_mode: bool,
+    /// Questions generated from an answer for answer relevancy.
+    pub relevancy_questions: usize,
+}
+
+impl JudgeSettings {
+    /// The connection settings the judge uses: its own, or `[llm]`'s where left empty.
+    pub fn connection(&self, llm: &LlmSettings) -> LlmSettings {
+        let own_server = !self.base_url.trim().is_empty();
+        LlmSettings {
+            provider: if own_server {
+                self.provider
+            } else {
+                llm.provider
+            },
+            base_url: if own_server {
+                self.base_url.clone()
+            } else {
+                llm.base_url.clone()
+            },
+            model: if self.model.trim().is_empty() {
+                llm.model.clone()
+            } else {
+                self.model.clone()
+            },
+            api_key: if own_server {
+                self.api_key.clone()
+            } else {
+                llm.api_key.clone()
+            },
+            connect_timeout_secs: self.connect_timeout_secs,
+            first_byte_timeout_secs: self.first_byte_timeout_secs,
+            idle_timeout_secs: self.timeout_secs,
+            max_answer_secs: self.timeout_secs,
+            // One judge, no fallbacks: a judgement from another model would not be
+            // comparable. Retries and cooldown as the answering model has them.
+            fallbacks: Vec::new(),
+            ..llm.clone()
+        }
+    }
+}
+
+/// Answer evaluation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalSettings {
+    /// Golden dataset `POST /v1/eval` evaluates. Empty = the endpoint is off (503).
+    pub dataset: String,
+    /// `max_tokens` of each evaluated answer; 0 = the assistant's own default.
+    pub answer_max_tokens: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -480,6 +550,42 @@ impl Settings {
                 "must be at least 1 second",
             ));
         }
+        let judge = &self.judge;
+        if !judge.base_url.trim().is_empty() {
+            match reqwest::Url::parse(&judge.base_url) {
+                Ok(url) if matches!(url.scheme(), "http" | "https") => {}
+                _ => {
+                    return Err(SettingsError::new(
+                        "judge.base_url",
+                        format!(
+                            "'{}' is not an http(s) URL (empty = llm.base_url)",
+                            judge.base_url
+                        ),
+                    ))
+                }
+            }
+        }
+        if judge.connect_timeout_secs == 0
+            || judge.first_byte_timeout_secs == 0
+            || judge.timeout_secs == 0
+        {
+            return Err(SettingsError::new(
+                "judge.connect_timeout_secs / judge.first_byte_timeout_secs / judge.timeout_secs",
+                "must be at least 1 second",
+            ));
+        }
+        if judge.max_tokens < 16 {
+            return Err(SettingsError::new(
+                "judge.max_tokens",
+                "must be at least 16",
+            ));
+        }
+        if !(1..=10).contains(&judge.relevancy_questions) {
+            return Err(SettingsError::new(
+                "judge.relevancy_questions",
+                "must be between 1 and 10",
+            ));
+        }
         Ok(())
     }
 }
@@ -727,6 +833,41 @@ mod tests {
                 err.to_string().contains(key),
                 "{toml:?}: error '{err}' does not name {key}"
             );
+        }
+    }
+
+    #[test]
+    fn the_judge_falls_back_to_the_llm_section() {
+        let s = Settings::load_without_env(None).unwrap();
+        let c = s.judge.connection(&s.llm);
+        assert_eq!(
+            (c.provider, c.base_url.as_str(), c.model.as_str()),
+            (
+                s.llm.provider,
+                s.llm.base_url.as_str(),
+                s.llm.model.as_str()
+            )
+        );
+        let f = write(
+            "[judge]\nprovider = \"openai\"\nbase_url = \"http://j:1/v1\"\nmodel = \"big\"\napi_key = \"k\"\n",
+        );
+        let s = Settings::load_without_env(Some(f.path())).unwrap();
+        let c = s.judge.connection(&s.llm);
+        assert_eq!(c.provider, Provider::Openai);
+        assert_eq!(
+            (c.base_url.as_str(), c.model.as_str(), c.api_key.as_str()),
+            ("http://j:1/v1", "big", "k")
+        );
+        for (toml, key) in [
+            ("[judge]\nbase_url = \"ftp://x\"\n", "judge.base_url"),
+            (
+                "[judge]\nrelevancy_questions = 0\n",
+                "judge.relevancy_questions",
+            ),
+            ("[eval]\ndatset = \"x\"\n", "eval"),
+        ] {
+            let err = Settings::load_without_env(Some(write(toml).path())).unwrap_err();
+            assert!(err.to_string().contains(key), "{toml:?}: {err}");
         }
     }
 

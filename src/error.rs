@@ -118,6 +118,16 @@ impl GatewayError {
         .with_code("request_timeout")
     }
 
+    /// 409: the request conflicts with work in progress.
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "invalid_request_error", message).with_code(code)
+    }
+
+    /// 503: a feature the settings leave off.
+    pub fn unavailable(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message).with_code(code)
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }

@@ -83,6 +83,27 @@ enum EvalCommand {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// Answers to golden questions through the real pipeline, scored by a judge model
+    /// (RAGAS faithfulness, answer relevancy, context recall, context precision).
+    Answers {
+        /// JSON lines: {"id", "category", "question", "ground_truth", "selected_text"?, …}.
+        #[arg(long, value_name = "FILE.jsonl")]
+        dataset: PathBuf,
+        /// Only the questions of this category.
+        #[arg(long, value_name = "C")]
+        category: Option<String>,
+        /// Only the first N questions (after --category); 0 = all.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        limit: usize,
+        /// Judge model name (overrides judge.model).
+        #[arg(long, value_name = "M")]
+        judge_model: Option<String>,
+        /// Folder for results.json and report.html (default data_dir/eval/<timestamp>).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
 }
 
 impl Command {
@@ -93,6 +114,9 @@ impl Command {
             | Command::Ask { config, .. }
             | Command::Eval {
                 what: EvalCommand::Retrieval { config, .. },
+            }
+            | Command::Eval {
+                what: EvalCommand::Answers { config, .. },
             } => config.as_deref(),
         }
     }
@@ -109,6 +133,13 @@ fn main() -> ExitCode {
     };
     if let Command::Ask { verbose: false, .. } = cli.command {
         // The answer is the output; stage logs only on request.
+        settings.log.level = "warn".into();
+    }
+    if let Command::Eval {
+        what: EvalCommand::Answers { .. },
+    } = cli.command
+    {
+        // The progress bar and the table are the output; RUST_LOG brings the stage logs back.
         settings.log.level = "warn".into();
     }
     init_logging(&settings);
@@ -136,6 +167,17 @@ fn main() -> ExitCode {
                         dataset, k, json, ..
                     },
             } => eval_retrieval(settings, dataset, k, json).await,
+            Command::Eval {
+                what:
+                    EvalCommand::Answers {
+                        dataset,
+                        category,
+                        limit,
+                        judge_model,
+                        out,
+                        ..
+                    },
+            } => eval_answers(settings, dataset, category, limit, judge_model, out).await,
         }
     });
     match result {
@@ -285,6 +327,61 @@ async fn eval_retrieval(
     if let Some(path) = json {
         std::fs::write(&path, serde_json::to_vec_pretty(&scores)?)?;
     }
+    Ok(())
+}
+
+async fn eval_answers(
+    settings: Settings,
+    dataset: PathBuf,
+    category: Option<String>,
+    limit: usize,
+    judge_model: Option<String>,
+    out: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    use assist_gateway::eval::answers::{self, judge::Judge, Evaluator};
+    let questions = answers::select(
+        answers::load_dataset(&dataset)?,
+        category.as_deref().unwrap_or(""),
+        limit,
+    );
+    anyhow::ensure!(
+        !questions.is_empty(),
+        "no question of category {:?} in {}",
+        category.unwrap_or_default(),
+        dataset.display()
+    );
+    let parts = assist_gateway::app::pipeline(&settings, false)?;
+    let judge = Judge::from_settings(
+        &settings.judge,
+        &settings.llm,
+        &settings.assistant,
+        judge_model.as_deref(),
+    )?;
+    let evaluator = Evaluator {
+        pipeline: &parts.pipeline,
+        judge: &judge,
+        embedder: parts.embedder.clone(),
+        answer_max_tokens: (settings.eval.answer_max_tokens > 0)
+            .then_some(settings.eval.answer_max_tokens),
+        answer_model: settings.llm.model.clone(),
+        index: answers::index_name(&settings),
+    };
+    let bar = indicatif::ProgressBar::new(questions.len() as u64);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} questions (eta {eta}) {msg}",
+    ) {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    let response = evaluator.run(&questions, &bar).await?;
+    print!("{}", answers::table(&response));
+    let dir = out.unwrap_or_else(|| answers::default_out_dir(&settings.data_dir));
+    answers::write_reports(&dir, &response)?;
+    println!(
+        "\nwrote {} and {}",
+        dir.join("results.json").display(),
+        dir.join("report.html").display()
+    );
     Ok(())
 }
 

@@ -1,3 +1,4 @@
-//! Evaluation: how well retrieval (and later, answers) do on labelled datasets.
+//! Evaluation: how well retrieval and answers do on labelled datasets.
 
+pub mod answers;
 pub mod retrieval;

@@ -5,6 +5,7 @@
 mod auth;
 mod embeddings;
 mod error;
+mod eval;
 mod health;
 mod limits;
 mod ollama;
@@ -76,6 +77,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/embeddings", post(embeddings::openai))
         .route("/api/embed", post(embeddings::ollama_embed))
         .route("/api/embeddings", post(embeddings::ollama_legacy))
+        .route("/v1/eval", post(eval::evaluate))
         .route("/health", get(health::health))
         .route("/ready", get(health::ready))
         .route("/metrics", get(scrape::metrics))

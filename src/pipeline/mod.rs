@@ -73,6 +73,9 @@ pub struct Source {
     pub lines: [usize; 2],
     pub doc_type: &'static str,
     pub score: f32,
+    /// The chunk's text, for answer evaluation; never sent to clients.
+    #[serde(skip)]
+    pub text: String,
 }
 
 impl Source {
@@ -85,6 +88,7 @@ impl Source {
             lines: [c.start_line, c.end_line],
             doc_type: c.doc_type.as_str(),
             score: hit.score,
+            text: c.text.clone(),
         }
     }
 }

@@ -57,28 +57,7 @@ impl Prompts {
     /// Built-in templates, replaced by the files found in `assistant.prompts_dir`, and the
     /// system prompt by `assistant.system_prompt_file` when set.
     pub fn load(settings: &AssistantSettings) -> Result<Self, SettingsError> {
-        let dir = settings.prompts_dir.trim();
-        if !dir.is_empty() && !Path::new(dir).is_dir() {
-            return Err(SettingsError::new(
-                "assistant.prompts_dir",
-                format!("{dir} is not a folder"),
-            ));
-        }
-        let mut prompts = Self::from_fn(|name| {
-            let built_in = built_in_text(name);
-            if dir.is_empty() {
-                return Ok(built_in);
-            }
-            let path = Path::new(dir).join(name);
-            match std::fs::read_to_string(&path) {
-                Ok(text) => Ok(text.trim().to_string()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(built_in),
-                Err(e) => Err(SettingsError::new(
-                    "assistant.prompts_dir",
-                    format!("{}: {e}", path.display()),
-                )),
-            }
-        })?;
+        let mut prompts = Self::from_fn(|name| template(settings, name, &built_in_text(name)))?;
         let file = settings.system_prompt_file.trim();
         if !file.is_empty() {
             prompts.system = std::fs::read_to_string(file)
@@ -101,6 +80,34 @@ impl Prompts {
             code_generation: read("code_generation.txt")?,
             conversational: read("conversational.txt")?,
         })
+    }
+}
+
+/// One template outside the assistant's set (the judge's, say): `built_in`, or the file
+/// `name` in `assistant.prompts_dir` when there is one.
+pub fn template(
+    settings: &AssistantSettings,
+    name: &str,
+    built_in: &str,
+) -> Result<String, SettingsError> {
+    let dir = settings.prompts_dir.trim();
+    if dir.is_empty() {
+        return Ok(built_in.trim().to_string());
+    }
+    if !Path::new(dir).is_dir() {
+        return Err(SettingsError::new(
+            "assistant.prompts_dir",
+            format!("{dir} is not a folder"),
+        ));
+    }
+    let path = Path::new(dir).join(name);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(text.trim().to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(built_in.trim().to_string()),
+        Err(e) => Err(SettingsError::new(
+            "assistant.prompts_dir",
+            format!("{}: {e}", path.display()),
+        )),
     }
 }
 

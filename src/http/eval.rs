@@ -1,0 +1,149 @@
+//! `POST /v1/eval`: the reference's `EvaluateRAG` over HTTP. Request `{category, limit,
+//! index}` (all optional), response the `EvalResponse` JSON. The golden dataset is the
+//! file in `eval.dataset`. One evaluation at a time: another request meanwhile gets 409.
+//! The evaluation runs in its own task, so a client that goes away does not stop it; its
+//! reports are written under `data_dir/eval/<timestamp>` either way.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::{error_response, read_json, Dialect};
+use crate::app::AppState;
+use crate::error::GatewayError;
+use crate::eval::answers::{self, judge::Judge, EvalError, EvalResponse, Evaluator};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EvalRequest {
+    /// Only this category; empty = all.
+    #[serde(default)]
+    category: String,
+    /// Only the first N questions; 0 = all.
+    #[serde(default)]
+    limit: i64,
+    /// The index to evaluate; empty = the configured one (the only one served).
+    #[serde(default)]
+    index: String,
+}
+
+pub(crate) async fn evaluate(State(state): State<AppState>, body: Body) -> Response {
+    match run(state, body).await {
+        Ok(r) => (StatusCode::OK, axum::Json(r)).into_response(),
+        Err(e) => {
+            metrics::counter!("assist_eval_runs_total", "outcome" => "error").increment(1);
+            error_response(Dialect::OpenAi, &e)
+        }
+    }
+}
+
+/// Clears the running flag when the evaluation ends, however it ends.
+struct Running(Arc<AtomicBool>);
+
+impl Running {
+    fn acquire(flag: &Arc<AtomicBool>) -> Option<Self> {
+        flag.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .ok()
+            .map(|_| Self(flag.clone()))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+async fn run(state: AppState, body: Body) -> Result<EvalResponse, GatewayError> {
+    let req: EvalRequest = read_json(&state, body).await?;
+    let limit = usize::try_from(req.limit)
+        .map_err(|_| GatewayError::invalid("limit", "limit must be 0 (all) or more"))?;
+    let settings = state.settings.clone();
+    let index = answers::index_name(&settings);
+    let asked = req.index.trim();
+    if !asked.is_empty() && asked != index {
+        return Err(GatewayError::invalid(
+            "index",
+            format!("only the configured index '{index}' can be evaluated"),
+        ));
+    }
+    let path = settings.eval.dataset.trim();
+    if path.is_empty() {
+        return Err(GatewayError::unavailable(
+            "eval_not_configured",
+            "answer evaluation is off: set eval.dataset to a golden dataset file",
+        ));
+    }
+    let dataset = answers::load_dataset(Path::new(path))
+        .map_err(|e| GatewayError::internal(format!("eval.dataset: {e:#}")))?;
+    let questions = answers::select(dataset, &req.category, limit);
+    if questions.is_empty() {
+        return Err(GatewayError::invalid(
+            "category",
+            format!(
+                "the golden dataset has no question of category '{}'",
+                req.category
+            ),
+        ));
+    }
+    let guard = Running::acquire(&state.eval_running).ok_or_else(|| {
+        GatewayError::conflict(
+            "eval_in_progress",
+            "an evaluation is already running; try again when it has finished",
+        )
+    })?;
+    let judge = Judge::from_settings(&settings.judge, &settings.llm, &settings.assistant, None)
+        .map_err(|e| GatewayError::internal(format!("judge settings: {e:#}")))?;
+    let task = tokio::spawn(async move {
+        let _guard = guard;
+        let evaluator = Evaluator {
+            pipeline: &state.pipeline,
+            judge: &judge,
+            embedder: state.embedder.clone(),
+            answer_max_tokens: (settings.eval.answer_max_tokens > 0)
+                .then_some(settings.eval.answer_max_tokens),
+            answer_model: settings.llm.model.clone(),
+            index,
+        };
+        tracing::info!(questions = questions.len(), "evaluation started");
+        let result = evaluator
+            .run(&questions, &indicatif::ProgressBar::hidden())
+            .await;
+        if let Ok(r) = &result {
+            let dir = answers::default_out_dir(&settings.data_dir);
+            match answers::write_reports(&dir, r) {
+                Ok(()) => tracing::info!(
+                    questions = r.questions_evaluated,
+                    seconds = r.elapsed_seconds,
+                    global_score = r.global_score,
+                    verdict = r.verdict,
+                    missing_judgements = r.judge.missing,
+                    reports = %dir.display(),
+                    "evaluation finished"
+                ),
+                Err(e) => tracing::warn!(error = %e, "evaluation finished; reports not written"),
+            }
+        }
+        result
+    });
+    let result = task
+        .await
+        .map_err(|e| GatewayError::internal(format!("the evaluation stopped: {e}")))?;
+    let response = result.map_err(|e| {
+        let message = e.to_string();
+        match e {
+            EvalError::Answer { error, .. } => error.with_message(message),
+            EvalError::Judge(u) | EvalError::Embed(u) => {
+                GatewayError::from(u).with_message(message)
+            }
+        }
+    })?;
+    metrics::counter!("assist_eval_runs_total", "outcome" => "ok").increment(1);
+    Ok(response)
+}

@@ -1,0 +1,862 @@
+//! Answer evaluation end to end: golden questions through the real pipeline (BM25 over
+//! `examples/knowledge`, answers from a scripted upstream), scored by a scripted judge
+//! whose judgements are queued in the order the evaluator asks for them:
+//! statements → their verdicts → questions written back → same-question verdicts →
+//! context recall → context precision.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use assist_gateway::config::{EmbeddingProvider, Provider, Settings};
+use assist_gateway::eval::answers::{self, judge::Judge, EvalResponse, Evaluator, Golden};
+use serde_json::{json, Value};
+use support::*;
+
+fn knowledge() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/knowledge")
+}
+
+/// Settings answering through `answer`, judged by `judge`, with examples/knowledge ingested
+/// into a fresh data_dir; `top_k` chunks reach each answer.
+async fn settings(
+    answer: &ScriptedUpstream,
+    judge: &ScriptedUpstream,
+    tweak: impl FnOnce(&mut Settings),
+) -> (tempfile::TempDir, Settings) {
+    let data = tempfile::tempdir().unwrap();
+    let mut s = Settings::load_without_env(None).unwrap();
+    s.data_dir = data.path().to_path_buf();
+    s.llm.provider = Provider::Ollama;
+    s.llm.base_url = answer.root();
+    s.llm.model = UPSTREAM_MODEL.into();
+    s.llm.first_byte_timeout_secs = 5;
+    s.judge.provider = Provider::Ollama;
+    s.judge.base_url = judge.root();
+    s.judge.model = UPSTREAM_MODEL.into();
+    s.judge.timeout_secs = 10;
+    s.retrieval.top_k = 3;
+    tweak(&mut s);
+    s.validate().unwrap();
+    assist_gateway::app::ingest(&s, &[knowledge()], false, &assist_gateway::ingest::Quiet)
+        .await
+        .unwrap();
+    (data, s)
+}
+
+async fn evaluate(s: &Settings, questions: &[Golden]) -> EvalResponse {
+    let parts = assist_gateway::app::pipeline(s, false).unwrap();
+    let judge = Judge::from_settings(&s.judge, &s.llm, &s.assistant, None).unwrap();
+    let evaluator = Evaluator {
+        pipeline: &parts.pipeline,
+        judge: &judge,
+        embedder: parts.embedder.clone(),
+        answer_max_tokens: None,
+        answer_model: s.llm.model.clone(),
+        index: answers::index_name(s),
+    };
+    evaluator
+        .run(questions, &indicatif::ProgressBar::hidden())
+        .await
+        .unwrap()
+}
+
+fn golden(id: &str, category: &str, question: &str, ground_truth: &str) -> Golden {
+    Golden {
+        id: id.into(),
+        category: category.into(),
+        question: question.into(),
+        ground_truth: ground_truth.into(),
+        lang: None,
+        selected_text: None,
+        editor_content: None,
+        extra_context: None,
+    }
+}
+
+const PORT_Q: &str = "Which environment variable overrides the server port?";
+const PORT_GT: &str =
+    "BRISA_SERVER_PORT overrides server.port. Environment values take precedence over brisa.toml.";
+
+fn says(reply: Value) -> Reply {
+    Reply::tokens(&[&reply.to_string()])
+}
+
+fn prompt_of(r: &Recorded) -> String {
+    r.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn close(a: Option<f64>, b: f64) -> bool {
+    a.is_some_and(|a| (a - b).abs() < 1e-4)
+}
+
+#[tokio::test]
+async fn all_none_and_partly_supported_answers_score_as_computed_by_hand() {
+    let up = ScriptedUpstream::start().await;
+    let judge = ScriptedUpstream::start().await;
+    let (_data, s) = settings(&up, &judge, |_| {}).await;
+    for answer in [
+        "Set BRISA_SERVER_PORT.",
+        "Nobody knows.",
+        "Use BRISA_SERVER_PORT; it wins.",
+    ] {
+        up.push(Reply::tokens(&[answer]));
+    }
+    // q1: everything supported and useful.
+    judge.push(says(json!({"statements": ["s1", "s2"]})));
+    judge.push(says(json!({"verdicts": [1, 1]})));
+    judge.push(says(
+        json!({"questions": ["q1?", "q2?", "q3?"], "noncommittal": 0}),
+    ));
+    judge.push(says(json!({"verdicts": [1, 1, 1]})));
+    judge.push(says(json!({"verdicts": [1, 1]})));
+    judge.push(says(json!({"verdicts": [1, 1, 1]})));
+    // q2: nothing supported, a noncommittal answer (no same-question call), nothing useful.
+    judge.push(says(json!({"statements": ["s1", "s2", "s3"]})));
+    judge.push(says(json!({"verdicts": [0, 0, 0]})));
+    judge.push(says(
+        json!({"questions": ["q1?", "q2?", "q3?"], "noncommittal": 1}),
+    ));
+    judge.push(says(json!({"verdicts": [0, 0]})));
+    judge.push(says(json!({"verdicts": [0, 0, 0]})));
+    // q3: partly: 3 of 4 statements, 2 of 3 questions, 1 of 2 sentences, useful at ranks 2, 3.
+    judge.push(says(json!({"statements": ["a", "b", "c", "d"]})));
+    judge.push(says(json!({"verdicts": [1, 1, 0, 1]})));
+    judge.push(says(
+        json!({"questions": ["q1?", "q2?", "q3?"], "noncommittal": 0}),
+    ));
+    judge.push(says(json!({"verdicts": [1, 1, 0]})));
+    judge.push(says(json!({"verdicts": [1, 0]})));
+    judge.push(says(json!({"verdicts": [0, 1, 1]})));
+
+    let qs = [
+        golden("all", "deploy", PORT_Q, PORT_GT),
+        golden("none", "deploy", PORT_Q, PORT_GT),
+        golden("partial", "other", PORT_Q, PORT_GT),
+    ];
+    let r = evaluate(&s, &qs).await;
+
+    assert_eq!(r.status, "ok");
+    assert_eq!(r.questions_evaluated, 3);
+    let d = &r.details;
+    assert_eq!(d.iter().map(|d| d.n_chunks).collect::<Vec<_>>(), [3, 3, 3]);
+    assert_eq!(
+        (
+            d[0].faithfulness,
+            d[0].answer_relevancy,
+            d[0].context_recall,
+            d[0].context_precision
+        ),
+        (Some(1.0), Some(1.0), Some(1.0), Some(1.0))
+    );
+    assert_eq!((d[0].global_score, d[1].global_score), (1.0, 0.0));
+    assert_eq!(
+        (
+            d[1].faithfulness,
+            d[1].answer_relevancy,
+            d[1].context_recall,
+            d[1].context_precision
+        ),
+        (Some(0.0), Some(0.0), Some(0.0), Some(0.0))
+    );
+    assert_eq!(d[2].faithfulness, Some(0.75));
+    assert_eq!(d[2].answer_relevancy, Some(0.6667));
+    assert_eq!(d[2].context_recall, Some(0.5));
+    // RAGAS: (precision@2 · 1 + precision@3 · 1) / 2 = (1/2 + 2/3) / 2.
+    assert_eq!(d[2].context_precision, Some(0.5833));
+    assert_eq!(d[2].global_score, 0.625);
+    assert!(d.iter().all(|d| d.missing.is_empty()));
+
+    // Means over the questions; global = mean of the non-zero metrics.
+    assert!(close(r.faithfulness, 1.75 / 3.0));
+    assert!(close(r.answer_relevancy, (1.0 + 2.0 / 3.0) / 3.0));
+    assert!(close(r.context_recall, 0.5));
+    assert!(close(r.context_precision, (1.0 + 7.0 / 12.0) / 3.0));
+    let expected = (1.75 / 3.0 + (5.0 / 3.0) / 3.0 + 0.5 + (19.0 / 12.0) / 3.0) / 4.0;
+    assert!(
+        (r.global_score - expected).abs() < 1e-4,
+        "{}",
+        r.global_score
+    );
+    assert_eq!(r.verdict, "INSUFFICIENT");
+    assert_eq!(r.answer_relevancy_method, "judge");
+    assert_eq!(
+        (r.judge.calls, r.judge.malformed_replies, r.judge.missing),
+        (17, 0, 0)
+    );
+
+    // The answers came from the pipeline: the question reached the answering model with
+    // the retrieved knowledge, at temperature 0.
+    let asked = up.requests();
+    assert_eq!(asked.len(), 3);
+    assert!(prompt_of(&asked[0]).contains("BRISA_SERVER_PORT"));
+    assert_eq!(asked[0].body["options"]["temperature"], 0.0);
+    // The judge saw the answer's statements with the retrieved context, asked for JSON.
+    let judged = judge.requests();
+    assert_eq!(judged.len(), 17);
+    assert!(prompt_of(&judged[0]).contains("Set BRISA_SERVER_PORT."));
+    let verify = prompt_of(&judged[1]);
+    assert!(verify.contains("1. s1\n2. s2"), "{verify}");
+    assert!(verify.contains("docs/en/deployment.md"), "{verify}");
+    assert_eq!(judged[1].body["format"], "json");
+    // Context recall judges the ground truth's two sentences.
+    let recall = prompt_of(&judged[4]);
+    assert!(recall.contains("1. BRISA_SERVER_PORT overrides server.port.\n2. Environment values"));
+}
+
+#[tokio::test]
+async fn a_malformed_judgement_is_retried_then_reported_missing() {
+    let up = ScriptedUpstream::start().await;
+    let judge = ScriptedUpstream::start().await;
+    let (_data, s) = settings(&up, &judge, |_| {}).await;
+    up.push(Reply::tokens(&["Set BRISA_SERVER_PORT."]));
+    // Statements: prose first (malformed), then good on the retry.
+    judge.push(Reply::tokens(&["Sure! The statements are: s1, s2."]));
+    judge.push(says(json!({"statements": ["s1", "s2"]})));
+    // Verdicts: the wrong count twice → missing.
+    judge.push(says(json!({"verdicts": [1]})));
+    judge.push(says(json!({"verdicts": [1, 1, 1]})));
+    judge.push(says(
+        json!({"questions": ["q1?", "q2?", "q3?"], "noncommittal": 0}),
+    ));
+    judge.push(says(json!({"verdicts": [1, 1, 1]})));
+    judge.push(says(json!({"verdicts": [1, 1]})));
+    judge.push(says(json!({"verdicts": [1, 0, 0]})));
+
+    let r = evaluate(&s, &[golden("q", "deploy", PORT_Q, PORT_GT)]).await;
+
+    let d = &r.details[0];
+    assert_eq!(d.faithfulness, None, "a missing judgement is no score");
+    assert_eq!(d.missing, ["faithfulness"]);
+    assert!(d.notes[0].contains("unusable twice"), "{:?}", d.notes);
+    assert_eq!(r.faithfulness, None);
+    assert_eq!(r.scored.faithfulness, 0);
+    assert_eq!(r.missing_judgements.faithfulness, 1);
+    assert_eq!(
+        (r.judge.calls, r.judge.malformed_replies, r.judge.missing),
+        (8, 3, 1)
+    );
+    // The other metrics still count, and the global score ignores the missing one.
+    assert_eq!(
+        (d.answer_relevancy, d.context_recall, d.context_precision),
+        (Some(1.0), Some(1.0), Some(1.0))
+    );
+    assert_eq!(r.global_score, 1.0);
+    assert_eq!(r.verdict, "EXCELLENT");
+
+    // The retry shows the model its reply and what was wrong with it.
+    let judged = judge.requests();
+    let retry = judged[1].body["messages"].as_array().unwrap();
+    assert_eq!(retry.len(), 3);
+    assert_eq!(retry[1]["role"], "assistant");
+    assert_eq!(retry[1]["content"], "Sure! The statements are: s1, s2.");
+    assert!(retry[2]["content"]
+        .as_str()
+        .unwrap()
+        .contains("cannot be used"));
+    let second = judged[3].body["messages"].as_array().unwrap();
+    assert!(second[2]["content"]
+        .as_str()
+        .unwrap()
+        .contains("1 verdicts for 2 items"));
+
+    // The table says it too.
+    let table = answers::table(&r);
+    assert!(table.contains("1 judgements missing"), "{table}");
+}
+
+#[tokio::test]
+async fn an_empty_context_scores_zero_without_asking_the_judge_about_it() {
+    let up = ScriptedUpstream::start().await;
+    let judge = ScriptedUpstream::start().await;
+    let (_data, s) = settings(&up, &judge, |_| {}).await;
+    up.push(Reply::tokens(&["Qwzx is a plokij."]));
+    judge.push(says(json!({"statements": ["Qwzx is a plokij."]})));
+    judge.push(says(
+        json!({"questions": ["q1?", "q2?", "q3?"], "noncommittal": 0}),
+    ));
+    judge.push(says(json!({"verdicts": [1, 0, 1]})));
+
+    let r = evaluate(
+        &s,
+        &[golden(
+            "none",
+            "x",
+            "Qwzx vbnmkj plokij?",
+            "Nothing documents it.",
+        )],
+    )
+    .await;
+
+    let d = &r.details[0];
+    assert_eq!(d.n_chunks, 0);
+    assert_eq!(
+        d.faithfulness,
+        Some(0.0),
+        "no context supports any statement"
+    );
+    assert_eq!(d.answer_relevancy, Some(0.6667));
+    assert_eq!(
+        (d.context_recall, d.context_precision),
+        (Some(0.0), Some(0.0))
+    );
+    assert!(
+        d.notes.iter().any(|n| n.contains("no context")),
+        "{:?}",
+        d.notes
+    );
+    assert_eq!(
+        judge.requests().len(),
+        3,
+        "no verdicts asked without context"
+    );
+    assert_eq!(r.global_score, 0.6667);
+    assert_eq!(r.verdict, "ACCEPTABLE");
+}
+
+#[tokio::test]
+async fn verdicts_at_the_thresholds() {
+    for (supported, verdict) in [(4, "EXCELLENT"), (3, "ACCEPTABLE")] {
+        let up = ScriptedUpstream::start().await;
+        let judge = ScriptedUpstream::start().await;
+        let (_data, s) = settings(&up, &judge, |_| {}).await;
+        up.push(Reply::tokens(&["An answer."]));
+        let verdicts: Vec<u8> = (0..5).map(|i| u8::from(i < supported)).collect();
+        judge.push(says(json!({"statements": ["a", "b", "c", "d", "e"]})));
+        judge.push(says(json!({ "verdicts": verdicts })));
+        // Noncommittal, nothing recalled, nothing useful: zeros, left out of the global score.
+        judge.push(says(
+            json!({"questions": ["q1?", "q2?", "q3?"], "noncommittal": 1}),
+        ));
+        judge.push(says(json!({"verdicts": [0, 0]})));
+        judge.push(says(json!({"verdicts": [0, 0, 0]})));
+        let r = evaluate(&s, &[golden("q", "x", PORT_Q, PORT_GT)]).await;
+        let expected = f64::from(supported) / 5.0;
+        assert_eq!(r.faithfulness, Some(expected));
+        assert_eq!(r.global_score, expected, "mean of the non-zero metrics");
+        assert_eq!(r.verdict, verdict, "at {expected}");
+    }
+}
+
+#[tokio::test]
+async fn editor_questions_send_the_selection_and_judge_against_it() {
+    let up = ScriptedUpstream::start().await;
+    let judge = ScriptedUpstream::start().await;
+    let (_data, s) = settings(&up, &judge, |_| {}).await;
+    let selection = "let retries = 3\nretries += 1";
+    up.push(Reply::tokens(&["retries is immutable."]));
+    judge.push(says(json!({"statements": ["retries is immutable."]})));
+    judge.push(says(json!({"verdicts": [1]})));
+    judge.push(says(
+        json!({"questions": ["q1?", "q2?", "q3?"], "noncommittal": 0}),
+    ));
+    judge.push(says(json!({"verdicts": [1, 1, 1]})));
+    judge.push(says(json!({"verdicts": [1]})));
+    judge.push(says(json!({"verdicts": [1, 0, 0]})));
+    let mut g = golden(
+        "ed",
+        "editor",
+        "why does this code not compile?",
+        "Compound operators are only valid on let mut bindings.",
+    );
+    g.selected_text = Some(selection.into());
+    let r = evaluate(&s, &[g]).await;
+    assert_eq!(r.details[0].faithfulness, Some(1.0));
+    assert!(
+        prompt_of(&up.last_request()).contains(selection),
+        "the pipeline put the selection in the prompt"
+    );
+    let verify = prompt_of(&judge.requests()[1]);
+    assert!(verify.contains(&format!("[selected code in the editor]\n{selection}")));
+}
+
+#[tokio::test]
+async fn answer_relevancy_uses_the_embedder_when_there_is_one() {
+    let up = ScriptedUpstream::start().await;
+    let judge = ScriptedUpstream::start().await;
+    let (_data, s) = settings(&up, &judge, |s| {
+        s.embeddings.provider = EmbeddingProvider::Ollama;
+        s.embeddings.base_url = up.root();
+        s.judge.relevancy_questions = 2;
+    })
+    .await;
+    // (No scripted answer: the scripted upstream's embedding route consumes queued
+    // replies; the default answer is fine here.)
+    judge.push(says(json!({"statements": ["s"]})));
+    judge.push(says(json!({"verdicts": [1]})));
+    judge.push(says(
+        json!({"questions": [PORT_Q, "Xylophone?"], "noncommittal": 0}),
+    ));
+    judge.push(says(json!({"verdicts": [1, 1]})));
+    judge.push(says(json!({"verdicts": [1, 1, 1]})));
+    let r = evaluate(&s, &[golden("q", "x", PORT_Q, PORT_GT)]).await;
+    // The scripted embedder's vectors are letter frequencies: cosine computed by hand.
+    let (a, b) = (letter_vector(PORT_Q), letter_vector("Xylophone?"));
+    let cos: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+    let expected = (1.0 + f64::from(cos)) / 2.0;
+    assert_eq!(r.answer_relevancy_method, "embeddings");
+    assert!(
+        close(r.details[0].answer_relevancy, expected),
+        "{:?} vs {expected}",
+        r.details[0].answer_relevancy
+    );
+    assert_eq!(judge.requests().len(), 5, "no same-question call");
+}
+
+/// Settings where every count is one, so one judge reply fits every judgement.
+fn one_of_each(s: &mut Settings, dataset: &Path) {
+    s.retrieval.top_k = 1;
+    s.judge.relevancy_questions = 1;
+    s.eval.dataset = dataset.display().to_string();
+}
+
+const FITS_ALL: &str =
+    r#"{"statements": ["s"], "verdicts": [1], "questions": ["q?"], "noncommittal": 0}"#;
+
+fn write_dataset(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("golden.jsonl");
+    let lines = [
+        json!({"id": "d1", "category": "deployment", "question": PORT_Q, "ground_truth": "BRISA_SERVER_PORT overrides server.port."}),
+        json!({"id": "d2", "category": "database", "question": "Does the ORM support joins?", "ground_truth": "No, ormSelect works on one table at a time."}),
+    ];
+    std::fs::write(
+        &path,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test]
+async fn post_v1_eval_returns_the_reference_shape() {
+    let up = ScriptedUpstream::start().await;
+    let judge = ScriptedUpstream::start().await;
+    judge.set_default(Reply::tokens(&[FITS_ALL]));
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = write_dataset(dir.path());
+    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
+        one_of_each(s, &dataset);
+        s.judge.base_url = judge.root();
+        s.judge.model = UPSTREAM_MODEL.into();
+    })
+    .await;
+    let (status, _, body) = post(&gw.url("/v1/eval"), json!({"category": "database"})).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["questions_evaluated"], 1);
+    assert!(v["elapsed_seconds"].as_f64().unwrap() >= 0.0);
+    assert_eq!(v["judge_model"], UPSTREAM_MODEL);
+    assert!(v["index"].as_str().unwrap().ends_with("index"));
+    for m in [
+        "faithfulness",
+        "answer_relevancy",
+        "context_recall",
+        "context_precision",
+        "global_score",
+    ] {
+        assert_eq!(v[m], 1.0, "{m}: {body}");
+    }
+    assert_eq!(v["verdict"], "EXCELLENT");
+    let d = &v["details"][0];
+    assert_eq!(d["id"], "d2");
+    assert_eq!(d["category"], "database");
+    assert_eq!(d["question"], "Does the ORM support joins?");
+    assert_eq!(d["answer_preview"], "Hello from upstream");
+    assert_eq!(d["n_chunks"], 1);
+    assert_eq!(v["missing_judgements"]["faithfulness"], 0);
+    // A report was written under data_dir/eval.
+    let reports = std::fs::read_dir(gw.settings.data_dir.join("eval"))
+        .unwrap()
+        .count();
+    assert_eq!(reports, 1);
+
+    // limit picks the first questions; bad fields are 400s naming the field.
+    let (status, _, body) = post(&gw.url("/v1/eval"), json!({"limit": 1})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["details"][0]["id"],
+        "d1"
+    );
+    for (req, param) in [
+        (json!({"limit": -1}), "limit"),
+        (json!({"category": "nope"}), "category"),
+        (json!({"index": "other"}), "index"),
+        (json!({"categroy": "x"}), "categroy"),
+    ] {
+        let (status, _, body) = post(&gw.url("/v1/eval"), req.clone()).await;
+        assert_eq!(status, 400, "{req}: {body}");
+        let e: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(e["error"]["type"], "invalid_request_error", "{body}");
+        assert_eq!(e["error"]["param"], param, "{body}");
+    }
+}
+
+#[tokio::test]
+async fn post_v1_eval_needs_a_key_and_a_dataset() {
+    let up = ScriptedUpstream::start().await;
+    let judge = ScriptedUpstream::start().await;
+    judge.set_default(Reply::tokens(&[FITS_ALL]));
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = write_dataset(dir.path());
+    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
+        one_of_each(s, &dataset);
+        s.judge.base_url = judge.root();
+        s.judge.model = UPSTREAM_MODEL.into();
+        s.server.api_keys = vec!["k1".into()];
+    })
+    .await;
+    let r = client()
+        .post(gw.url("/v1/eval"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["type"], "authentication_error");
+    assert!(judge.requests().is_empty(), "nothing ran");
+    let r = client()
+        .post(gw.url("/v1/eval"))
+        .bearer_auth("k1")
+        .json(&json!({"limit": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    // Without eval.dataset the endpoint says it is off.
+    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |_| {}).await;
+    let (status, _, body) = post(&gw.url("/v1/eval"), json!({})).await;
+    assert_eq!(status, 503, "{body}");
+    let e: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(e["error"]["code"], "eval_not_configured");
+    assert!(e["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("eval.dataset"));
+}
+
+#[tokio::test]
+async fn a_second_evaluation_while_one_runs_gets_409() {
+    let up = ScriptedUpstream::start().await;
+    // Slow answers keep the first evaluation running.
+    up.set_default(Reply::Tokens {
+        tokens: vec!["Slow".into(), " answer".into()],
+        delay: Duration::from_millis(400),
+        finish: "stop",
+    });
+    let judge = ScriptedUpstream::start().await;
+    judge.set_default(Reply::tokens(&[FITS_ALL]));
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = write_dataset(dir.path());
+    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
+        one_of_each(s, &dataset);
+        s.judge.base_url = judge.root();
+        s.judge.model = UPSTREAM_MODEL.into();
+    })
+    .await;
+    let url = gw.url("/v1/eval");
+    let first = tokio::spawn({
+        let url = url.clone();
+        async move { post(&url, json!({})).await }
+    });
+    assert!(eventually(10, || !up.requests().is_empty()).await);
+    let (status, _, body) = post(&url, json!({})).await;
+    assert_eq!(status, 409, "{body}");
+    let e: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(e["error"]["code"], "eval_in_progress");
+    assert_eq!(e["error"]["type"], "invalid_request_error");
+    assert!(e["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("already running"));
+
+    let (status, _, body) = first.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["questions_evaluated"],
+        2
+    );
+    // Once it finished, the next one runs.
+    let (status, _, body) = post(&url, json!({"limit": 1})).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn the_html_report_shows_the_numbers_of_the_json() {
+    use scraper::{Html, Selector};
+    let up = ScriptedUpstream::start().await;
+    let judge = ScriptedUpstream::start().await;
+    let (_data, s) = settings(&up, &judge, |_| {}).await;
+    up.push(Reply::tokens(&["First <answer> & more."]));
+    up.push(Reply::tokens(&["Second answer."]));
+    // q1 partial; q2 with a missing faithfulness judgement.
+    judge.push(says(json!({"statements": ["a", "b", "c", "d"]})));
+    judge.push(says(json!({"verdicts": [1, 1, 0, 1]})));
+    judge.push(says(
+        json!({"questions": ["q1?", "q2?", "q3?"], "noncommittal": 0}),
+    ));
+    judge.push(says(json!({"verdicts": [1, 1, 0]})));
+    judge.push(says(json!({"verdicts": [1, 0]})));
+    judge.push(says(json!({"verdicts": [0, 1, 1]})));
+    judge.push(Reply::tokens(&["not json"]));
+    judge.push(Reply::tokens(&["still not json"]));
+    judge.push(says(
+        json!({"questions": ["q1?", "q2?", "q3?"], "noncommittal": 0}),
+    ));
+    judge.push(says(json!({"verdicts": [1, 0, 0]})));
+    judge.push(says(json!({"verdicts": [1, 1]})));
+    judge.push(says(json!({"verdicts": [1, 0, 0]})));
+    let r = evaluate(
+        &s,
+        &[
+            golden("q-one", "deployment", PORT_Q, PORT_GT),
+            golden(
+                "q-two",
+                "database",
+                "Does the ORM support joins?",
+                "No. Use a view.",
+            ),
+        ],
+    )
+    .await;
+
+    let out = tempfile::tempdir().unwrap();
+    answers::write_reports(out.path(), &r).unwrap();
+    let json: Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
+    let text = std::fs::read_to_string(out.path().join("report.html")).unwrap();
+    let doc = Html::parse_document(&text);
+    let sel = |s: &str| Selector::parse(s).unwrap();
+    let texts = |s: &str| -> Vec<String> {
+        doc.select(&sel(s))
+            .map(|e| e.text().collect::<String>().trim().to_string())
+            .collect()
+    };
+    let shown = |v: &Value| match v.as_f64() {
+        Some(x) => format!("{x:.4}"),
+        None => "–".to_string(),
+    };
+
+    for m in [
+        "faithfulness",
+        "answer_relevancy",
+        "context_recall",
+        "context_precision",
+        "global_score",
+    ] {
+        assert_eq!(
+            texts(&format!("#summary td[data-metric={m}]")),
+            [shown(&json[m])],
+            "summary {m}"
+        );
+    }
+    assert_eq!(texts("#verdict"), [json["verdict"].as_str().unwrap()]);
+    assert_eq!(texts("#questions-evaluated"), ["2"]);
+    for d in json["details"].as_array().unwrap() {
+        let id = d["id"].as_str().unwrap();
+        for m in [
+            "context_recall",
+            "context_precision",
+            "answer_relevancy",
+            "global_score",
+        ] {
+            assert_eq!(
+                texts(&format!("#questions tr[data-id={id}] td[data-metric={m}]")),
+                [shown(&d[m])],
+                "{id} {m}"
+            );
+        }
+        let faith = texts(&format!(
+            "#questions tr[data-id={id}] td[data-metric=faithfulness]"
+        ));
+        if d["missing"].as_array().unwrap().is_empty() {
+            assert_eq!(faith, [shown(&d["faithfulness"])]);
+        } else {
+            assert_eq!(
+                faith,
+                ["missing"],
+                "a missing judgement is shown as missing"
+            );
+        }
+        assert_eq!(
+            texts(&format!(
+                "#questions tr[data-id={id}] td[data-metric=n_chunks]"
+            )),
+            [d["n_chunks"].to_string()]
+        );
+    }
+    // Per category, as computed from the details.
+    assert_eq!(
+        texts("#categories tr[data-category=deployment] td[data-metric=faithfulness]"),
+        ["0.7500"]
+    );
+    assert_eq!(
+        texts("#categories tr[data-category=database] td[data-metric=faithfulness]"),
+        ["–"]
+    );
+    // The whole answer, escaped, with its sources; a chart per metric and per category.
+    assert!(texts("#q-q-one pre.answer")[0] == "First <answer> & more.");
+    assert!(text.contains("First &lt;answer&gt; &amp; more."));
+    assert!(texts("#q-q-one li code").contains(&"docs/en/deployment.md".to_string()));
+    assert_eq!(doc.select(&sel("svg")).count(), 4 + 2);
+    // Self-contained: no scripts, stylesheets or anything fetched.
+    assert_eq!(doc.select(&sel("script, link, img, iframe")).count(), 0);
+    assert!(doc
+        .select(&sel("[src], [href]"))
+        .all(|e| e.value().attr("href").is_some_and(|h| h.starts_with('#'))));
+}
+
+#[test]
+fn the_shipped_golden_sets_load() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/eval");
+    let general = answers::load_dataset(&root.join("answers.jsonl")).unwrap();
+    assert!(general.len() >= 30, "{}", general.len());
+    for lang in ["en", "es"] {
+        assert!(
+            general
+                .iter()
+                .filter(|g| g.lang.as_deref() == Some(lang))
+                .count()
+                >= 10,
+            "{lang}"
+        );
+    }
+    let editor = answers::load_dataset(&root.join("editor.jsonl")).unwrap();
+    assert!(editor.len() >= 10);
+    assert!(editor
+        .iter()
+        .all(|g| g.selected_text.as_deref().is_some_and(|s| !s.is_empty())));
+    assert_eq!(answers::select(general.clone(), "database", 2).len(), 2);
+    assert!(answers::select(general, "no-such-category", 0).is_empty());
+}
+
+#[tokio::test]
+async fn the_command_prints_the_table_and_writes_json_and_html() {
+    let up = ScriptedUpstream::start().await;
+    let judge = ScriptedUpstream::start().await;
+    judge.set_default(Reply::tokens(&[FITS_ALL]));
+    let (data, s) = settings(&up, &judge, |s| {
+        s.retrieval.top_k = 1;
+        s.judge.relevancy_questions = 1;
+    })
+    .await;
+    let config = data.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data_dir = {:?}\n[llm]\nbase_url = {:?}\nmodel = {:?}\n[retrieval]\ntop_k = 1\n\
+             [judge]\nbase_url = {:?}\nmodel = {:?}\nrelevancy_questions = 1\n",
+            s.data_dir.display().to_string(),
+            s.llm.base_url,
+            UPSTREAM_MODEL,
+            s.judge.base_url,
+            UPSTREAM_MODEL
+        ),
+    )
+    .unwrap();
+    let out = data.path().join("report");
+    let dataset = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/eval/answers.jsonl");
+    let output = tokio::process::Command::new(gateway_binary())
+        .args(["eval", "answers", "--dataset"])
+        .arg(&dataset)
+        .args([
+            "--category",
+            "deployment",
+            "--limit",
+            "2",
+            "--judge-model",
+            UPSTREAM_MODEL,
+            "--out",
+        ])
+        .arg(&out)
+        .arg("--config")
+        .arg(&config)
+        .env_remove("ASSIST__LLM__BASE_URL")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for want in [
+        "faithfulness",
+        "context_precision",
+        "global_score",
+        "verdict",
+        "deployment",
+    ] {
+        assert!(stdout.contains(want), "{want} not in:\n{stdout}");
+    }
+    let json: Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(json["questions_evaluated"], 2);
+    assert_eq!(json["details"][0]["id"], "en-deployment-01");
+    // The shipped ground truths have two sentences; the one-verdict reply does not fit.
+    assert_eq!(json["missing_judgements"]["context_recall"], 2);
+    assert!(stdout.contains("judgements missing"));
+    assert!(std::fs::read_to_string(out.join("report.html"))
+        .unwrap()
+        .contains("en-deployment-02"));
+}
+
+#[tokio::test]
+async fn a_refused_judgement_is_missing_but_a_dead_judge_stops_the_run() {
+    let up = ScriptedUpstream::start().await;
+    let judge = ScriptedUpstream::start().await;
+    let (_data, s) = settings(&up, &judge, |_| {}).await;
+    // A prompt too long for the judge's window: refused twice → missing, the run goes on.
+    let refused = Reply::Status {
+        status: 400,
+        body: r#"{"error":"prompt is longer than the context window"}"#.into(),
+    };
+    judge.push(refused.clone());
+    judge.push(refused);
+    judge.push(says(
+        json!({"questions": ["q1?", "q2?", "q3?"], "noncommittal": 0}),
+    ));
+    judge.push(says(json!({"verdicts": [1, 1, 1]})));
+    judge.push(says(json!({"verdicts": [1, 1]})));
+    judge.push(says(json!({"verdicts": [1, 1, 1]})));
+    let r = evaluate(&s, &[golden("q", "x", PORT_Q, PORT_GT)]).await;
+    assert_eq!(r.details[0].missing, ["faithfulness"]);
+    assert!(
+        r.details[0].notes[0].contains("refused"),
+        "{:?}",
+        r.details[0].notes
+    );
+    assert_eq!(r.global_score, 1.0);
+
+    // A judge that is not there at all ends the evaluation with an error.
+    let mut s = s.clone();
+    s.judge.base_url = "http://127.0.0.1:9".into();
+    let parts = assist_gateway::app::pipeline(&s, false).unwrap();
+    let j = Judge::from_settings(&s.judge, &s.llm, &s.assistant, None).unwrap();
+    let evaluator = Evaluator {
+        pipeline: &parts.pipeline,
+        judge: &j,
+        embedder: None,
+        answer_max_tokens: None,
+        answer_model: s.llm.model.clone(),
+        index: answers::index_name(&s),
+    };
+    let e = evaluator
+        .run(
+            &[golden("q", "x", PORT_Q, PORT_GT)],
+            &indicatif::ProgressBar::hidden(),
+        )
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("judge failed"), "{e}");
+}
