@@ -4,6 +4,8 @@
 mod auth;
 mod embeddings;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod health;
 mod ollama;
 mod openai;
@@ -191,9 +193,11 @@ impl OneOrMany {
 }
 
 /// The request-size limits beyond the body size: how many messages, how long each.
-fn check_limits(state: &AppState, turn: &crate::pipeline::ChatTurn) -> Result<(), GatewayError> {
+fn check_limits(
+    server: &crate::config::ServerSettings,
+    turn: &crate::pipeline::ChatTurn,
+) -> Result<(), GatewayError> {
     use crate::llm::Input;
-    let server = &state.settings.server;
     let texts: Vec<(String, usize)> = match &turn.request.input {
         Input::Chat(messages) => {
             if messages.len() > server.max_messages {
@@ -230,8 +234,13 @@ fn check_limits(state: &AppState, turn: &crate::pipeline::ChatTurn) -> Result<()
 
 /// Reads and parses a JSON body, in the limits the settings give. Errors name the field.
 async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<T, GatewayError> {
+    parse_json(&read_body(state, body).await?)
+}
+
+/// Reads a body, in the size limit the settings give.
+async fn read_body(state: &AppState, body: Body) -> Result<bytes::Bytes, GatewayError> {
     let limit = state.settings.server.max_body_bytes;
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| {
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
         let too_large = std::error::Error::source(&e)
             .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
         if too_large {
@@ -239,8 +248,7 @@ async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<
         } else {
             GatewayError::invalid("body", format!("could not read the request body: {e}"))
         }
-    })?;
-    parse_json(&bytes)
+    })
 }
 
 fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> {
