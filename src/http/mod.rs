@@ -258,6 +258,17 @@ fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> {
             "the request body is empty; send a JSON object",
         ));
     }
+    // JSON is UTF-8 (RFC 8259); serde_json checks only the strings it keeps, so bytes in an
+    // ignored field would otherwise pass unseen.
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Err(GatewayError::invalid(
+            "body",
+            format!(
+                "the request body is not valid JSON: not UTF-8 at byte {}",
+                e.valid_up_to()
+            ),
+        ));
+    }
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     if first.is_some_and(|&b| b != b'{')
         && serde_json::from_slice::<serde_json::Value>(bytes).is_ok()
@@ -268,7 +279,7 @@ fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> {
         ));
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.inner();
         if inner.is_syntax() || inner.is_eof() {
@@ -281,7 +292,12 @@ fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> {
         } else {
             GatewayError::invalid(path.clone(), format!("invalid value for '{path}': {inner}"))
         }
-    })
+    })?;
+    // Only whitespace may follow the object: `{…} garbage` or two objects is not a request.
+    de.end().map_err(|e| {
+        GatewayError::invalid("body", format!("the request body is not valid JSON: {e}"))
+    })?;
+    Ok(value)
 }
 
 /// The log line of one chat request, written when it is dropped: when the answer ended,
@@ -461,5 +477,37 @@ mod tests {
         assert!(e.message.contains("messages"), "{}", e.message);
         let e = parse_json::<T>(b"").unwrap_err();
         assert!(e.message.contains("empty"));
+    }
+
+    /// Found by the `openai_request` fuzz target: a valid object followed by anything
+    /// else was accepted as if the rest were not there.
+    #[test]
+    fn nothing_but_whitespace_may_follow_the_object() {
+        for body in [
+            &br#"{"messages":[{"role":"user"}]} {"messages":[]}"#[..],
+            br#"{"messages":[{"role":"user"}]}}"#,
+            br#"{"messages":[{"role":"user"}]}x"#,
+        ] {
+            let e = parse_json::<T>(body).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("body"));
+            assert!(e.message.contains("trailing characters"), "{}", e.message);
+        }
+        let ok = parse_json::<T>(b" {\"messages\":[{\"role\":\"user\"}]} \r\n\t").unwrap();
+        assert_eq!(ok.messages.len(), 1);
+    }
+
+    /// Found by both request fuzz targets: invalid UTF-8 in a field the gateway ignores
+    /// (an unknown key or its value) was accepted; in a field it reads it was refused.
+    #[test]
+    fn a_body_that_is_not_utf8_is_refused_wherever_the_bytes_are() {
+        for body in [
+            &b"{\"messages\":[{\"role\":\"user\",\"coltent\":\"W\xa1y\"}]}"[..],
+            b"{\"messages\":[{\"role\":\"user\",\"argument\x8b\":1}]}",
+            b"{\"messages\":[{\"role\":\"us\xffer\"}]}",
+        ] {
+            let e = parse_json::<T>(body).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("body"));
+            assert!(e.message.contains("not UTF-8 at byte"), "{}", e.message);
+        }
     }
 }
