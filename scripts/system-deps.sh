@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # System packages the tests use, from Debian's archive: redis-server (the Redis session
-# store is tested against a real server). Installs what is missing when it can (root or
-# sudo); otherwise says what to install. Idempotent and quiet when all is present.
+# store is tested against a real server) and g++ (libFuzzer, built for the fuzz targets).
+# Installs what is missing when it can (root or sudo); otherwise says what to install.
+# Idempotent and quiet when all is present.
 set -euo pipefail
 missing=()
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || missing+=(redis-server)
+command -v c++ >/dev/null 2>&1 || missing+=(g++)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ]; then
   SUDO=()

@@ -20,3 +20,10 @@ ASSIST_MODEL_GGUF="$(sed -n 2p <<<"$model_env")"
 ASSIST_CN="$(./scripts/node-env.sh)"
 export ASSIST_MODEL_PYTHON ASSIST_MODEL_GGUF ASSIST_CN
 cargo test --release --locked "$@"
+# A short bounded fuzz run of the request parsers and the `user` field (README "Fuzzing");
+# ASSIST_FUZZ_BUDGET sets it per target (`30s`, or a number of runs; `0` skips). Only the
+# whole suite runs it, not a run narrowed by arguments.
+fuzz_budget="${ASSIST_FUZZ_BUDGET:-30s}"
+if [ $# -eq 0 ] && [ "$fuzz_budget" != 0 ]; then
+  ./scripts/fuzz.sh "$fuzz_budget"
+fi

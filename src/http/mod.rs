@@ -6,6 +6,8 @@ mod auth;
 mod embeddings;
 mod error;
 mod eval;
+#[doc(hidden)]
+pub mod fuzzing;
 mod health;
 mod limits;
 mod ollama;
@@ -213,9 +215,11 @@ impl OneOrMany {
 }
 
 /// The request-size limits beyond the body size: how many messages, how long each.
-fn check_limits(state: &AppState, turn: &crate::pipeline::ChatTurn) -> Result<(), GatewayError> {
+fn check_limits(
+    server: &crate::config::ServerSettings,
+    turn: &crate::pipeline::ChatTurn,
+) -> Result<(), GatewayError> {
     use crate::llm::Input;
-    let server = &state.settings.server;
     let texts: Vec<(String, usize)> = match &turn.request.input {
         Input::Chat(messages) => {
             if messages.len() > server.max_messages {
@@ -252,6 +256,11 @@ fn check_limits(state: &AppState, turn: &crate::pipeline::ChatTurn) -> Result<()
 
 /// Reads and parses a JSON body, in the limits the settings give. Errors name the field.
 async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<T, GatewayError> {
+    parse_json(&read_body(state, body).await?)
+}
+
+/// Reads a body, in the size limit the settings give.
+async fn read_body(state: &AppState, body: Body) -> Result<bytes::Bytes, GatewayError> {
     let limit = state.settings.server.max_body_bytes;
     let secs = state.settings.server.body_read_timeout_secs;
     let read = axum::body::to_bytes(body, limit);
@@ -267,7 +276,7 @@ async fn read_json<T: DeserializeOwned>(state: &AppState, body: Body) -> Result<
                 GatewayError::invalid("body", format!("could not read the request body: {e}"))
             }
         })?;
-    parse_json(&bytes)
+    Ok(bytes)
 }
 
 fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> {
@@ -275,6 +284,17 @@ fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> {
         return Err(GatewayError::invalid(
             "body",
             "the request body is empty; send a JSON object",
+        ));
+    }
+    // JSON is UTF-8 (RFC 8259); serde_json checks only the strings it keeps, so bytes in an
+    // ignored field would otherwise pass unseen.
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Err(GatewayError::invalid(
+            "body",
+            format!(
+                "the request body is not valid JSON: not UTF-8 at byte {}",
+                e.valid_up_to()
+            ),
         ));
     }
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
@@ -287,7 +307,7 @@ fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> {
         ));
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.inner();
         if inner.is_syntax() || inner.is_eof() {
@@ -300,7 +320,12 @@ fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> {
         } else {
             GatewayError::invalid(path.clone(), format!("invalid value for '{path}': {inner}"))
         }
-    })
+    })?;
+    // Only whitespace may follow the object: `{…} garbage` or two objects is not a request.
+    de.end().map_err(|e| {
+        GatewayError::invalid("body", format!("the request body is not valid JSON: {e}"))
+    })?;
+    Ok(value)
 }
 
 /// The log line of one chat request, written when it is dropped: when the answer ended,
@@ -521,5 +546,37 @@ mod tests {
         assert!(e.message.contains("messages"), "{}", e.message);
         let e = parse_json::<T>(b"").unwrap_err();
         assert!(e.message.contains("empty"));
+    }
+
+    /// Found by the `openai_request` fuzz target: a valid object followed by anything
+    /// else was accepted as if the rest were not there.
+    #[test]
+    fn nothing_but_whitespace_may_follow_the_object() {
+        for body in [
+            &br#"{"messages":[{"role":"user"}]} {"messages":[]}"#[..],
+            br#"{"messages":[{"role":"user"}]}}"#,
+            br#"{"messages":[{"role":"user"}]}x"#,
+        ] {
+            let e = parse_json::<T>(body).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("body"));
+            assert!(e.message.contains("trailing characters"), "{}", e.message);
+        }
+        let ok = parse_json::<T>(b" {\"messages\":[{\"role\":\"user\"}]} \r\n\t").unwrap();
+        assert_eq!(ok.messages.len(), 1);
+    }
+
+    /// Found by both request fuzz targets: invalid UTF-8 in a field the gateway ignores
+    /// (an unknown key or its value) was accepted; in a field it reads it was refused.
+    #[test]
+    fn a_body_that_is_not_utf8_is_refused_wherever_the_bytes_are() {
+        for body in [
+            &b"{\"messages\":[{\"role\":\"user\",\"coltent\":\"W\xa1y\"}]}"[..],
+            b"{\"messages\":[{\"role\":\"user\",\"argument\x8b\":1}]}",
+            b"{\"messages\":[{\"role\":\"us\xffer\"}]}",
+        ] {
+            let e = parse_json::<T>(body).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("body"));
+            assert!(e.message.contains("not UTF-8 at byte"), "{}", e.message);
+        }
     }
 }

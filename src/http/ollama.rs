@@ -17,8 +17,8 @@ use serde_json::{json, Map, Value};
 use super::error::ollama_body;
 use super::limits::{claim_stream, StreamGate};
 use super::{
-    check_limits, error_response, failed, json_response, read_json, rfc3339_now,
-    streaming_response, Dialect, RequestLog, WireToolCall,
+    check_limits, error_response, failed, json_response, parse_json, read_body, read_json,
+    rfc3339_now, streaming_response, Dialect, RequestLog, WireToolCall,
 };
 use crate::app::AppState;
 use crate::error::GatewayError;
@@ -153,6 +153,76 @@ enum Kind {
     Generate,
 }
 
+/// A parsed chat or generate request: the turn, whether to stream, and whether it only
+/// asks to load the model (no messages, or an empty prompt without images).
+pub(super) struct Parsed {
+    pub(super) turn: ChatTurn,
+    pub(super) stream: bool,
+    pub(super) load: bool,
+}
+
+/// An `/api/chat` body, once read, as the pipeline's input.
+pub(super) fn parse_chat(body: &[u8]) -> Result<Parsed, GatewayError> {
+    let mut req = parse_json::<Request>(body)?;
+    let params = req.params()?;
+    let messages = std::mem::take(&mut req.messages)
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| message(i, m))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Ollama answers a chat without messages by loading the model.
+    let load = messages.is_empty();
+    let turn = ChatTurn {
+        request: UpstreamRequest {
+            model: req.model,
+            input: Input::Chat(messages),
+            params,
+            tools: req.tools.unwrap_or_default(),
+            tool_choice: None,
+        },
+        session_id: req.session_id,
+        user: req.user,
+        additional_context: req.additional_context,
+    };
+    Ok(Parsed {
+        turn,
+        stream: req.stream.unwrap_or(true),
+        load,
+    })
+}
+
+/// An `/api/generate` body, once read, as the pipeline's input.
+pub(super) fn parse_generate(body: &[u8]) -> Result<Parsed, GatewayError> {
+    let mut req = parse_json::<Request>(body)?;
+    let params = req.params()?;
+    let prompt = req.prompt.unwrap_or_default();
+    // An empty prompt is Ollama's "load the model" request.
+    let load = prompt.is_empty() && req.images.is_empty();
+    let turn = ChatTurn {
+        request: UpstreamRequest {
+            model: req.model,
+            input: Input::Prompt {
+                prompt,
+                suffix: req.suffix,
+                system: req.system,
+                raw: req.raw,
+                images: req.images,
+            },
+            params,
+            tools: Vec::new(),
+            tool_choice: None,
+        },
+        session_id: req.session_id,
+        user: req.user,
+        additional_context: req.additional_context,
+    };
+    Ok(Parsed {
+        turn,
+        stream: req.stream.unwrap_or(true),
+        load,
+    })
+}
+
 pub(crate) async fn chat(
     State(state): State<AppState>,
     gate: Option<Extension<StreamGate>>,
@@ -160,31 +230,7 @@ pub(crate) async fn chat(
     body: Body,
 ) -> Response {
     let log = RequestLog::new(&headers, Dialect::Ollama, "/api/chat");
-    let parsed = read_json::<Request>(&state, body)
-        .await
-        .and_then(|mut req| {
-            let params = req.params()?;
-            let messages = std::mem::take(&mut req.messages)
-                .into_iter()
-                .enumerate()
-                .map(|(i, m)| message(i, m))
-                .collect::<Result<Vec<_>, _>>()?;
-            // Ollama answers a chat without messages by loading the model.
-            let load = messages.is_empty();
-            let turn = ChatTurn {
-                request: UpstreamRequest {
-                    model: req.model,
-                    input: Input::Chat(messages),
-                    params,
-                    tools: req.tools.unwrap_or_default(),
-                    tool_choice: None,
-                },
-                session_id: req.session_id,
-                user: req.user,
-                additional_context: req.additional_context,
-            };
-            Ok((turn, req.stream.unwrap_or(true), load))
-        });
+    let parsed = read_body(&state, body).await.and_then(|b| parse_chat(&b));
     respond(state, log, parsed, Kind::Chat, gate).await
 }
 
@@ -195,44 +241,20 @@ pub(crate) async fn generate(
     body: Body,
 ) -> Response {
     let log = RequestLog::new(&headers, Dialect::Ollama, "/api/generate");
-    let parsed = read_json::<Request>(&state, body)
+    let parsed = read_body(&state, body)
         .await
-        .and_then(|mut req| {
-            let params = req.params()?;
-            let prompt = req.prompt.unwrap_or_default();
-            // An empty prompt is Ollama's "load the model" request.
-            let load = prompt.is_empty() && req.images.is_empty();
-            let turn = ChatTurn {
-                request: UpstreamRequest {
-                    model: req.model,
-                    input: Input::Prompt {
-                        prompt,
-                        suffix: req.suffix,
-                        system: req.system,
-                        raw: req.raw,
-                        images: req.images,
-                    },
-                    params,
-                    tools: Vec::new(),
-                    tool_choice: None,
-                },
-                session_id: req.session_id,
-                user: req.user,
-                additional_context: req.additional_context,
-            };
-            Ok((turn, req.stream.unwrap_or(true), load))
-        });
+        .and_then(|b| parse_generate(&b));
     respond(state, log, parsed, Kind::Generate, gate).await
 }
 
 async fn respond(
     state: AppState,
     mut log: RequestLog,
-    parsed: Result<(ChatTurn, bool, bool), GatewayError>,
+    parsed: Result<Parsed, GatewayError>,
     kind: Kind,
     gate: Option<Extension<StreamGate>>,
 ) -> Response {
-    let (turn, stream, load) = match parsed {
+    let Parsed { turn, stream, load } = match parsed {
         Ok(p) => p,
         Err(e) => return failed(log, e),
     };
@@ -253,7 +275,7 @@ async fn respond(
             Err(e) => failed(log, e),
         };
     }
-    if let Err(e) = check_limits(&state, &turn) {
+    if let Err(e) = check_limits(&state.settings.server, &turn) {
         return failed(log, e);
     }
     if let Err(limited) = claim_stream(gate.as_deref(), stream, &mut log) {

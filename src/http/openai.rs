@@ -14,8 +14,8 @@ use serde_json::{json, Value};
 use super::error::openai_body;
 use super::limits::{claim_stream, StreamGate};
 use super::{
-    check_limits, error_response, failed, json_response, read_json, streaming_response, unix_now,
-    Dialect, OneOrMany, RequestLog, WireToolCall,
+    check_limits, error_response, failed, json_response, parse_json, read_body, streaming_response,
+    unix_now, Dialect, OneOrMany, RequestLog, WireToolCall,
 };
 use crate::app::AppState;
 use crate::error::GatewayError;
@@ -94,8 +94,8 @@ enum ImageUrl {
 }
 
 /// Options that shape the rendering, not the request.
-struct Shape {
-    stream: bool,
+pub(super) struct Shape {
+    pub(super) stream: bool,
     include_usage: bool,
 }
 
@@ -224,6 +224,16 @@ fn message(i: usize, m: InMessage) -> Result<Message, GatewayError> {
     Ok(out)
 }
 
+/// A `/v1/chat/completions` body, once read, as the pipeline's input.
+pub(super) fn parse_chat(body: &[u8]) -> Result<(ChatTurn, Shape), GatewayError> {
+    parse_json::<Request>(body).and_then(chat_turn)
+}
+
+/// A `/v1/completions` body, once read, as the pipeline's input.
+pub(super) fn parse_completion(body: &[u8]) -> Result<(ChatTurn, Shape), GatewayError> {
+    parse_json::<Request>(body).and_then(completion_turn)
+}
+
 fn chat_turn(mut req: Request) -> Result<(ChatTurn, Shape), GatewayError> {
     let (params, shape) = req.params()?;
     let messages = match req.messages {
@@ -303,7 +313,7 @@ pub(crate) async fn chat_completions(
     body: Body,
 ) -> Response {
     let log = RequestLog::new(&headers, Dialect::OpenAi, "/v1/chat/completions");
-    let parsed = read_json::<Request>(&state, body).await.and_then(chat_turn);
+    let parsed = read_body(&state, body).await.and_then(|b| parse_chat(&b));
     respond(state, log, parsed, Kind::Chat, gate).await
 }
 
@@ -314,9 +324,9 @@ pub(crate) async fn completions(
     body: Body,
 ) -> Response {
     let log = RequestLog::new(&headers, Dialect::OpenAi, "/v1/completions");
-    let parsed = read_json::<Request>(&state, body)
+    let parsed = read_body(&state, body)
         .await
-        .and_then(completion_turn);
+        .and_then(|b| parse_completion(&b));
     respond(state, log, parsed, Kind::Text, gate).await
 }
 
@@ -333,7 +343,7 @@ async fn respond(
     };
     let model = turn.request.model.clone();
     log.request(&model, shape.stream);
-    if let Err(e) = check_limits(&state, &turn) {
+    if let Err(e) = check_limits(&state.settings.server, &turn) {
         return failed(log, e);
     }
     if let Err(limited) = claim_stream(gate.as_deref(), shape.stream, &mut log) {
