@@ -29,6 +29,8 @@ case "$budget" in
   *) limit=(-runs="$budget") ;;
 esac
 
+# Each build of the targets is ~0.5 GB a target: keep only the latest.
+./scripts/prune-target.sh
 echo "fuzz: building the targets into $CARGO_TARGET_DIR" >&2
 "$cargo_fuzz" fuzz build "${flags[@]}" >&2
 targets=("$@")

@@ -6,9 +6,11 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$here/target}"
 names=(assist_gateway libassist_gateway)
-for f in "$here"/tests/*.rs "$here"/benches/*.rs; do names+=("$(basename "$f" .rs)"); done
-for profile in debug release; do
-  deps="$target/$profile/deps"
+for f in "$here"/tests/*.rs "$here"/benches/*.rs "$here"/fuzz/fuzz_targets/*.rs; do
+  names+=("$(basename "$f" .rs)")
+done
+# Host builds (PROFILE/deps) and target-triple builds (the fuzz targets: TRIPLE/PROFILE/deps).
+for deps in "$target"/{debug,release}/deps "$target"/*/{debug,release}/deps; do
   [ -d "$deps" ] || continue
   for name in "${names[@]}"; do
     # Artifacts are NAME-HASH[.ext]. Several of one build share a name (the library's
