@@ -363,69 +363,134 @@ async fn odd_bodies_never_crash_the_gateway() {
 
 #[tokio::test]
 async fn an_upstream_silent_mid_answer_ends_with_a_timeout_event_and_keeps_the_partial_turn() {
-    let up = ScriptedUpstream::start().await;
-    let gw = Gateway::start(&up, Provider::Openai, |s| s.llm.idle_timeout_secs = 1).await;
-    // OpenAI dialect: a token, then silence longer than the idle timeout.
-    up.push(Reply::Tokens {
-        tokens: vec!["slow".into()],
-        delay: Duration::from_secs(4),
-        finish: "stop",
-    });
-    let started = std::time::Instant::now();
-    let (status, _, body) = post(
-        &gw.url("/v1/chat/completions"),
-        json!({"model": "brunix", "stream": true, "session_id": "idle",
-            "messages": [{"role": "user", "content": "hello?"}]}),
-    )
-    .await;
-    assert_eq!(status, 200);
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "the client is not left hanging"
-    );
-    let events = sse_events(&body);
-    let last: Value = serde_json::from_str(events.last().unwrap()).unwrap();
-    assert_eq!(last["error"]["code"], "upstream_timeout", "{body}");
-    assert!(last["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("no token for 1 s"));
-    assert!(
-        eventually(3, || up.cancelled() == 1).await,
-        "the upstream was cancelled"
-    );
-
-    // The session keeps the question (answer interrupted) and the next turn goes through.
-    post(
-        &gw.url("/v1/chat/completions"),
-        json!({"model": "brunix", "session_id": "idle",
-            "messages": [{"role": "user", "content": "still there?"}]}),
-    )
-    .await;
-    let sent = up.last_request().body["messages"].clone();
-    assert_eq!(sent[1]["content"], "hello?");
-    assert_eq!(sent[2]["content"], "[answer interrupted]");
-
-    // Ollama dialect: the same, as an {"error"} line.
-    up.push(Reply::Tokens {
-        tokens: vec!["slow".into()],
-        delay: Duration::from_secs(4),
-        finish: "stop",
-    });
-    let (status, _, body) = post(
-        &gw.url("/api/chat"),
-        json!({"model": "brunix", "messages": [{"role": "user", "content": "hello?"}]}),
-    )
-    .await;
-    assert_eq!(status, 200);
-    let lines = ndjson_lines(&body);
-    assert!(
-        lines.last().unwrap()["error"]
+    for provider in PROVIDERS {
+        let up = ScriptedUpstream::start().await;
+        let gw = Gateway::start(&up, provider, |s| s.llm.idle_timeout_secs = 1).await;
+        // Two tokens reach the client, then the upstream goes silent past the idle timeout.
+        up.push(Reply::StallAfter(
+            vec!["par".into(), "tial".into()],
+            Duration::from_secs(4),
+        ));
+        let started = std::time::Instant::now();
+        let (status, _, body) = post(
+            &gw.url("/v1/chat/completions"),
+            json!({"model": "brunix", "stream": true, "session_id": "idle",
+                "messages": [{"role": "user", "content": "hello?"}]}),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{provider:?}: the client is not left hanging"
+        );
+        let (text, error) = failed_sse(&body);
+        assert_eq!(
+            text, "partial",
+            "{provider:?}: the tokens before the silence"
+        );
+        assert_eq!(error["code"], "upstream_timeout", "{provider:?}: {body}");
+        assert!(error["message"]
             .as_str()
             .unwrap()
-            .contains("timed out"),
-        "{body}"
-    );
+            .contains("no token for 1 s"));
+        assert!(
+            eventually(3, || up.cancelled() == 1).await,
+            "{provider:?}: the upstream request was cancelled"
+        );
+
+        // The session keeps the question and what was streamed, marked interrupted, and
+        // the next turn goes through.
+        post(
+            &gw.url("/v1/chat/completions"),
+            json!({"model": "brunix", "session_id": "idle",
+                "messages": [{"role": "user", "content": "still there?"}]}),
+        )
+        .await;
+        let sent = up.last_request().body["messages"].clone();
+        let text = |m: &Value| m["content"].as_str().unwrap_or_default().to_string();
+        let n = sent.as_array().unwrap().len();
+        assert_eq!(text(&sent[n - 3]), "hello?", "{provider:?}: {sent}");
+        assert_eq!(text(&sent[n - 2]), "partial [answer interrupted]");
+        assert_eq!(text(&sent[n - 1]), "still there?");
+
+        // Ollama dialect: the same, as an {"error"} line after the tokens.
+        up.push(Reply::StallAfter(
+            vec!["half".into()],
+            Duration::from_secs(4),
+        ));
+        let (status, _, body) = post(
+            &gw.url("/api/chat"),
+            json!({"model": "brunix", "messages": [{"role": "user", "content": "hello?"}]}),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let lines = ndjson_lines(&body);
+        assert_eq!(
+            lines[0]["message"]["content"], "half",
+            "{provider:?}: {body}"
+        );
+        assert!(
+            lines.last().unwrap()["error"]
+                .as_str()
+                .unwrap()
+                .contains("timed out"),
+            "{provider:?}: {body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn no_first_token_within_the_first_token_timeout_ends_the_answer() {
+    for provider in PROVIDERS {
+        let up = ScriptedUpstream::start().await;
+        // Headers at once, then a long silence before the first token (a slow prompt).
+        // The idle timeout between tokens is long: the first token has its own bound.
+        let gw = Gateway::start(&up, provider, |s| {
+            s.llm.first_byte_timeout_secs = 1;
+            s.llm.idle_timeout_secs = 60;
+        })
+        .await;
+        up.push(Reply::Tokens {
+            tokens: vec!["slow".into()],
+            delay: Duration::from_secs(5),
+            finish: "stop",
+        });
+        let started = std::time::Instant::now();
+        let (status, _, body) = post(
+            &gw.url("/v1/chat/completions"),
+            json!({"model": "brunix", "stream": true, "session_id": "ttft",
+                "messages": [{"role": "user", "content": "a long prompt"}]}),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{provider:?}: ended by the first-token timeout, not the idle one"
+        );
+        let (text, error) = failed_sse(&body);
+        assert_eq!(text, "");
+        assert_eq!(error["code"], "upstream_timeout", "{provider:?}: {body}");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains("no first token within 1 s"),
+            "{error}"
+        );
+        let answers = up
+            .requests()
+            .iter()
+            .filter(|r| r.path.contains("chat"))
+            .count();
+        assert_eq!(
+            answers, 1,
+            "{provider:?}: a busy upstream is not asked twice"
+        );
+        assert!(
+            eventually(3, || up.cancelled() == 1).await,
+            "{provider:?}: the upstream request was cancelled"
+        );
+    }
 }
 
 #[tokio::test]

@@ -7,9 +7,11 @@
 //! returns once the first chunk of the answer arrived, so a connection error, a timeout
 //! before headers, a 429 or 5xx, or a stream that closes (or is not the wire format)
 //! before its first token can be retried and fall back. Once a chunk was returned,
-//! failures end the stream as they are. An upstream silent after its headers for the
-//! idle timeout is not retried (it may be busy; a retry would double its load): the
-//! answer ends with the idle-timeout error, as it would mid-answer.
+//! failures end the stream as they are. The first token must come within the
+//! time-to-first-token timeout of the request, headers included; an upstream that sent
+//! its headers but no token by then is not retried (it accepted the request and may be
+//! busy with a long prompt; a retry would double its load): the answer ends with a
+//! timeout error, as it would when silent mid-answer.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -34,8 +36,8 @@ pub struct Policy {
     /// Consecutive failed attempts that start a cooldown; 0 = never.
     pub cooldown_failures: u32,
     pub cooldown: Duration,
-    /// Longest wait for the first chunk once the headers arrived.
-    pub idle_timeout: Duration,
+    /// Longest wait from the request to the answer's first chunk, headers included.
+    pub first_token: Duration,
     /// Longest time from the request to the answer's end.
     pub max_answer: Duration,
 }
@@ -48,7 +50,7 @@ impl Policy {
             retry_max: Duration::from_millis(s.retry_max_ms),
             cooldown_failures: s.cooldown_failures,
             cooldown: Duration::from_secs(s.cooldown_secs),
-            idle_timeout: Duration::from_secs(s.idle_timeout_secs),
+            first_token: Duration::from_secs(s.first_byte_timeout_secs),
             max_answer: Duration::from_secs(s.max_answer_secs),
         }
     }
@@ -101,7 +103,8 @@ pub struct Resilient {
 enum Attempt {
     /// The first chunk arrived: the answer is under way.
     Started(ChunkStream),
-    /// Headers, then silence for the idle timeout: not retried, ends with that error.
+    /// Headers, then no token within the time-to-first-token timeout: not retried, ends
+    /// with that error.
     Silent(UpstreamError),
     Failed(UpstreamError),
 }
@@ -147,11 +150,13 @@ impl Resilient {
 
     /// One request to one upstream, up to its first chunk.
     async fn attempt(&self, target: &Target, request: UpstreamRequest) -> Attempt {
+        // The client bounds the wait for headers by the same time; this bounds the whole.
+        let deadline = Instant::now() + self.policy.first_token;
         let mut chunks = match target.chat.stream(request).await {
             Ok(chunks) => chunks,
             Err(e) => return Attempt::Failed(e),
         };
-        match tokio::time::timeout(self.policy.idle_timeout, chunks.next()).await {
+        match tokio::time::timeout_at(deadline, chunks.next()).await {
             Ok(Some(Ok(first))) => Attempt::Started(
                 futures::stream::once(async { Ok(first) })
                     .chain(chunks)
@@ -166,7 +171,10 @@ impl Resilient {
             Err(_) => Attempt::Silent(UpstreamError::new(
                 UpstreamErrorKind::Timeout,
                 target.url(),
-                format!("no token for {} s", self.policy.idle_timeout.as_secs_f64()),
+                format!(
+                    "no first token within {} s (llm.first_byte_timeout_secs)",
+                    self.policy.first_token.as_secs_f64()
+                ),
             )),
         }
     }
@@ -453,7 +461,7 @@ mod tests {
                 retry_max: MAX,
                 cooldown_failures: 3,
                 cooldown: Duration::from_secs(30),
-                idle_timeout: Duration::from_secs(60),
+                first_token: Duration::from_secs(60),
                 max_answer: Duration::from_secs(600),
             },
         )

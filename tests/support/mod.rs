@@ -51,6 +51,9 @@ pub enum Reply {
     ErrorAfter(Vec<String>, String),
     /// Streams a token every `delay`, forever.
     Endless(Duration),
+    /// Streams these pieces at once, goes silent for the duration, then sends "late"
+    /// and finishes.
+    StallAfter(Vec<String>, Duration),
     /// Answers with this status, body and a `Retry-After: {retry_after}` header.
     RetryAfter {
         status: u16,
@@ -448,6 +451,7 @@ async fn handle(
             Reply::GarbageAfter(t) => (t, Duration::ZERO, End::Garbage),
             Reply::ErrorAfter(t, m) => (t, Duration::ZERO, End::Error(m)),
             Reply::Endless(d) => (vec![], d, End::Endless),
+            Reply::StallAfter(t, d) => (t, Duration::ZERO, End::Stall(d)),
             Reply::Status { .. } | Reply::HangBeforeHeaders(_) | Reply::RetryAfter { .. } => (vec!["late".into()], Duration::ZERO, End::Finish("stop")),
         };
         if let Some(first) = w.opening() {
@@ -482,6 +486,13 @@ async fn handle(
             }
             End::Garbage => yield Ok(w.garbage()),
             End::Error(m) => yield Ok(w.error(&m)),
+            End::Stall(silence) => {
+                tokio::time::sleep(silence).await;
+                yield Ok(w.text("late"));
+                for b in w.closing("stop", pieces.len() as u64 + 1) {
+                    yield Ok(b);
+                }
+            }
             End::Endless => loop {
                 tokio::time::sleep(delay).await;
                 yield Ok(w.text("tick "));
@@ -502,6 +513,7 @@ enum End {
     Garbage,
     Error(String),
     Endless,
+    Stall(Duration),
 }
 
 /// Counts a stream as cancelled when its body is dropped before the end.
