@@ -4,6 +4,7 @@ use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::Next;
 use axum::response::Response;
+use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::{error_response, Dialect};
@@ -43,10 +44,14 @@ pub(super) fn bearer(header: Option<&str>) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty()).then_some(key)
 }
 
-/// Compares against every key in constant time per key, without stopping early.
+/// Compares against every key without stopping early. The SHA-256 digests are compared,
+/// in constant time: comparing the keys themselves would return at once on a length
+/// mismatch and so tell a caller how long the keys are.
 fn accepted(keys: &[String], presented: &str) -> bool {
+    let presented: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
     keys.iter().fold(false, |ok, k| {
-        ok | bool::from(k.as_bytes().ct_eq(presented.as_bytes()))
+        let key: [u8; 32] = Sha256::digest(k.as_bytes()).into();
+        ok | bool::from(key.ct_eq(&presented))
     })
 }
 
@@ -70,5 +75,7 @@ mod tests {
         assert!(accepted(&keys, "k2"));
         assert!(!accepted(&keys, "k"));
         assert!(!accepted(&keys, "k22"));
+        assert!(!accepted(&keys, ""));
+        assert!(!accepted(&[], "k1"));
     }
 }
