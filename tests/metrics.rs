@@ -522,6 +522,21 @@ async fn gateway_overhead_leaves_out_every_upstream_wait() {
         overhead <= total - 1.0,
         "the upstream's second is not overhead: total {total}, overhead {overhead}"
     );
+    // The gateway's own work (parsing, BM25 over the knowledge, assembly) is counted:
+    // more than nothing, far less than the upstream's waits.
+    assert!(
+        overhead > 0.0 && overhead < 0.5,
+        "overhead {overhead}, total {total}"
+    );
+    assert_eq!(
+        delta(
+            &before,
+            &after,
+            "assist_gateway_overhead_seconds_count",
+            &labels
+        ),
+        1.0
+    );
     let ttft = delta(&before, &after, "assist_ttft_seconds_sum", &labels);
     assert!(ttft >= 0.8 && ttft < total, "ttft {ttft}, total {total}");
 }
