@@ -43,6 +43,8 @@ pub struct ServerSettings {
     pub max_body_bytes: usize,
     pub max_messages: usize,
     pub max_message_chars: usize,
+    /// Most texts one embedding request may carry.
+    pub max_embedding_inputs: usize,
     pub shutdown_grace_secs: u64,
     pub ollama_version: String,
     /// Requests per minute per API key (per client IP without keys); 0 = no limit.
@@ -380,9 +382,12 @@ impl Settings {
                 ))
             }
         }
-        if self.server.max_messages == 0 || self.server.max_message_chars == 0 {
+        if self.server.max_messages == 0
+            || self.server.max_message_chars == 0
+            || self.server.max_embedding_inputs == 0
+        {
             return Err(SettingsError::new(
-                "server.max_messages / server.max_message_chars",
+                "server.max_messages / server.max_message_chars / server.max_embedding_inputs",
                 "must be at least 1",
             ));
         }

@@ -156,3 +156,76 @@ async fn bad_embedding_requests_get_the_dialects_errors() {
     assert_eq!(status, 404);
     assert!(text.contains("embeddings.provider"), "{text}");
 }
+
+#[tokio::test]
+async fn too_many_or_too_long_inputs_are_400_naming_the_field_and_never_reach_the_embedder() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        s.embeddings.provider = EmbeddingProvider::Ollama;
+        s.embeddings.model = "nomic-embed-text".into();
+        s.server.max_embedding_inputs = 3;
+        s.server.max_message_chars = 10;
+    })
+    .await;
+    let four = json!(["a", "b", "c", "d"]);
+    let long = json!(["short", "far more than ten"]);
+    for (path, body, param, says) in [
+        (
+            "/v1/embeddings",
+            json!({"model": "nomic-embed-text", "input": four}),
+            "input",
+            "server.max_embedding_inputs",
+        ),
+        (
+            "/api/embed",
+            json!({"model": "nomic-embed-text", "input": four}),
+            "input",
+            "server.max_embedding_inputs",
+        ),
+        (
+            "/v1/embeddings",
+            json!({"model": "nomic-embed-text", "input": long}),
+            "input[1]",
+            "server.max_message_chars",
+        ),
+        (
+            "/api/embed",
+            json!({"model": "nomic-embed-text", "input": long}),
+            "input[1]",
+            "server.max_message_chars",
+        ),
+        (
+            "/api/embeddings",
+            json!({"model": "nomic-embed-text", "prompt": "far more than ten"}),
+            "prompt",
+            "server.max_message_chars",
+        ),
+    ] {
+        let (status, _, text) = post(&gw.url(path), body).await;
+        assert_eq!(status, 400, "{path}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let message = if path.starts_with("/v1") {
+            assert_eq!(v["error"]["param"], param, "{path}: {text}");
+            assert_eq!(v["error"]["type"], "invalid_request_error");
+            v["error"]["message"].as_str().unwrap().to_string()
+        } else {
+            v["error"].as_str().unwrap().to_string()
+        };
+        assert!(
+            message.contains(says) && message.contains(param),
+            "{path}: {message}"
+        );
+    }
+    assert!(
+        up.requests().iter().all(|r| !r.path.contains("embed")),
+        "nothing was embedded"
+    );
+
+    // At the limits, the request goes through.
+    let (status, _, text) = post(
+        &gw.url("/v1/embeddings"),
+        json!({"model": "nomic-embed-text", "input": ["a", "b", "exactly10!"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+}

@@ -13,8 +13,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::error_response;
-use super::{json_response, read_json, Dialect, OneOrMany};
+use super::{check_length, json_response, read_json, Dialect, OneOrMany};
 use crate::app::AppState;
+use crate::config::ServerSettings;
 use crate::error::GatewayError;
 
 #[derive(Deserialize)]
@@ -51,8 +52,9 @@ struct OllamaLegacyRequest {
     prompt: String,
 }
 
-/// The texts of an `input` field, or a 400 naming it.
-fn texts(input: Value) -> Result<Vec<String>, GatewayError> {
+/// The texts of an `input` field, or a 400 naming it: at most
+/// `server.max_embedding_inputs` texts of at most `server.max_message_chars` characters.
+fn texts(input: Value, server: &ServerSettings) -> Result<Vec<String>, GatewayError> {
     let texts = serde_json::from_value::<OneOrMany>(input)
         .map_err(|_| {
             GatewayError::invalid(
@@ -63,6 +65,19 @@ fn texts(input: Value) -> Result<Vec<String>, GatewayError> {
         .into_vec();
     if texts.is_empty() {
         return Err(GatewayError::invalid("input", "input must not be empty"));
+    }
+    if texts.len() > server.max_embedding_inputs {
+        return Err(GatewayError::invalid(
+            "input",
+            format!(
+                "{} inputs is more than the {} accepted (server.max_embedding_inputs)",
+                texts.len(),
+                server.max_embedding_inputs
+            ),
+        ));
+    }
+    for (i, text) in texts.iter().enumerate() {
+        check_length(server, &format!("input[{i}]"), text.chars().count())?;
     }
     Ok(texts)
 }
@@ -117,7 +132,7 @@ pub(crate) async fn openai(State(state): State<AppState>, body: Body) -> Respons
                 ))
             }
         };
-        let texts = texts(req.input)?;
+        let texts = texts(req.input, &state.settings.server)?;
         let vectors = embed(&state, &req.model, &texts).await?;
         if let Some(d) = req.dimensions {
             if vectors.first().is_some_and(|v| v.len() != d) {
@@ -159,7 +174,7 @@ pub(crate) async fn ollama_embed(State(state): State<AppState>, body: Body) -> R
     let started = Instant::now();
     let result = async {
         let req: OllamaEmbedRequest = read_json(&state, body).await?;
-        let texts = texts(req.input)?;
+        let texts = texts(req.input, &state.settings.server)?;
         let vectors = embed(&state, &req.model, &texts).await?;
         Ok(json!({
             "model": req.model,
@@ -179,6 +194,7 @@ pub(crate) async fn ollama_embed(State(state): State<AppState>, body: Body) -> R
 pub(crate) async fn ollama_legacy(State(state): State<AppState>, body: Body) -> Response {
     let result = async {
         let req: OllamaLegacyRequest = read_json(&state, body).await?;
+        check_length(&state.settings.server, "prompt", req.prompt.chars().count())?;
         let mut vectors = embed(&state, &req.model, &[req.prompt]).await?;
         Ok(json!({"embedding": vectors.pop().unwrap_or_default()}))
     }

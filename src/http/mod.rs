@@ -123,7 +123,14 @@ fn cors(origins: &[String]) -> tower::util::Either<CorsLayer, tower::layer::util
                 header::CONTENT_TYPE,
                 REQUEST_ID.clone(),
             ])
-            .expose_headers([REQUEST_ID.clone()])
+            // What a browser UI needs to read back off a 429 to wait before retrying.
+            .expose_headers([
+                REQUEST_ID.clone(),
+                header::RETRY_AFTER,
+                limits::LIMIT_REQUESTS.clone(),
+                limits::REMAINING_REQUESTS.clone(),
+                limits::RESET_REQUESTS.clone(),
+            ])
             .max_age(std::time::Duration::from_secs(3600)),
     )
 }
@@ -241,15 +248,25 @@ fn check_limits(
         Input::Prompt { prompt, .. } => vec![("prompt".into(), prompt.chars().count())],
     };
     for (field, chars) in texts {
-        if chars > server.max_message_chars {
-            return Err(GatewayError::invalid(
-                field.clone(),
-                format!(
-                    "{field} has {chars} characters, more than the {} accepted (server.max_message_chars)",
-                    server.max_message_chars
-                ),
-            ));
-        }
+        check_length(server, &field, chars)?;
+    }
+    Ok(())
+}
+
+/// One text of a request is at most `server.max_message_chars` characters long.
+fn check_length(
+    server: &crate::config::ServerSettings,
+    field: &str,
+    chars: usize,
+) -> Result<(), GatewayError> {
+    if chars > server.max_message_chars {
+        return Err(GatewayError::invalid(
+            field,
+            format!(
+                "{field} has {chars} characters, more than the {} accepted (server.max_message_chars)",
+                server.max_message_chars
+            ),
+        ));
     }
     Ok(())
 }
