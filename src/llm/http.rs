@@ -18,6 +18,8 @@ pub(crate) const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 pub(crate) struct Upstream {
     client: Client,
     base: String,
+    /// `base` as logs, errors, `/ready` and metric labels show it (no credentials).
+    shown: String,
     api_key: Option<String>,
     first_byte_timeout: Duration,
     max_line_bytes: usize,
@@ -39,6 +41,7 @@ impl Upstream {
         Ok(Self {
             client,
             base: base_url.trim_end_matches('/').to_string(),
+            shown: without_credentials(base_url.trim_end_matches('/')),
             api_key: (!key.is_empty()).then(|| key.to_string()),
             first_byte_timeout,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
@@ -66,8 +69,9 @@ impl Upstream {
         )
     }
 
-    pub(crate) fn base(&self) -> &str {
-        &self.base
+    /// The base URL to show: any user and password in it replaced by `***`.
+    pub(crate) fn shown(&self) -> &str {
+        &self.shown
     }
 
     pub(crate) fn url(&self, path: &str) -> String {
@@ -137,7 +141,7 @@ impl Upstream {
         kind: UpstreamErrorKind,
         detail: impl Into<String>,
     ) -> UpstreamError {
-        UpstreamError::new(kind, &self.base, detail)
+        UpstreamError::new(kind, &self.shown, detail)
     }
 
     /// Maps a reqwest failure, keeping the root cause (e.g. "Connection refused").
@@ -155,6 +159,24 @@ impl Upstream {
         } else {
             self.error(UpstreamErrorKind::Closed, cause)
         }
+    }
+}
+
+/// `url` with any user and password in it replaced by `***`.
+fn without_credentials(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if !parsed.username().is_empty() || parsed.password().is_some() => {
+            let _ = parsed.set_password(None);
+            let _ = parsed.set_username("***");
+            let shown = parsed.to_string();
+            // `Url` adds a `/` to a bare host; the base URL had none.
+            if url.ends_with('/') {
+                shown
+            } else {
+                shown.trim_end_matches('/').to_string()
+            }
+        }
+        _ => url.to_string(),
     }
 }
 
@@ -266,6 +288,25 @@ pub(crate) fn error_in_json(v: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_in_a_base_url_are_never_shown() {
+        let d = Duration::from_secs(1);
+        let up = Upstream::new("https://bob:s3cret@llm.example.com/v1/", "", d, d).unwrap();
+        assert_eq!(up.shown(), "https://***@llm.example.com/v1");
+        assert_eq!(
+            up.url("/models"),
+            "https://bob:s3cret@llm.example.com/v1/models"
+        );
+        let e = up.error(UpstreamErrorKind::Unreachable, "refused");
+        assert_eq!(e.url, "https://***@llm.example.com/v1");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        assert_eq!(
+            without_credentials("http://127.0.0.1:11434"),
+            "http://127.0.0.1:11434"
+        );
+        assert_eq!(without_credentials("http://:pw@h:1"), "http://***@h:1");
+    }
 
     #[test]
     fn error_messages_from_both_dialects() {

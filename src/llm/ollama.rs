@@ -177,7 +177,7 @@ pub fn response_format_of(format: &Value) -> Option<Value> {
 #[async_trait]
 impl ChatModel for OllamaChat {
     fn base_url(&self) -> &str {
-        self.up.base()
+        self.up.shown()
     }
 
     async fn stream(&self, request: UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
@@ -283,7 +283,7 @@ impl OllamaEmbedder {
 #[async_trait]
 impl Embedder for OllamaEmbedder {
     fn describe(&self) -> String {
-        format!("ollama {} at {}", self.model, self.up.base())
+        format!("ollama {} at {}", self.model, self.up.shown())
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, UpstreamError> {

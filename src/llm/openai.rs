@@ -118,7 +118,7 @@ fn image_url(img: &str) -> String {
 #[async_trait]
 impl ChatModel for OpenAiChat {
     fn base_url(&self) -> &str {
-        self.up.base()
+        self.up.shown()
     }
 
     async fn stream(&self, request: UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
@@ -196,7 +196,7 @@ impl OpenAiEmbedder {
 #[async_trait]
 impl Embedder for OpenAiEmbedder {
     fn describe(&self) -> String {
-        format!("openai {} at {}", self.model, self.up.base())
+        format!("openai {} at {}", self.model, self.up.shown())
     }
 
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, UpstreamError> {
