@@ -271,6 +271,45 @@ async fn cors_for_browser_uis_with_preflights_that_need_no_key() {
         .unwrap();
     assert_eq!(r.status(), 401);
     assert!(r.headers().get("access-control-allow-origin").is_none());
+    // An allowed origin without its key can read the 401, to tell its user why.
+    let r = client()
+        .get(gw.url("/v1/models"))
+        .header("Origin", "https://chat.example.com")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "https://chat.example.com"
+    );
+
+    // "*" lets any origin in, and a 429's retry-after is readable by the page.
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        s.server.cors_origins = vec!["*".into()];
+        s.server.rate_limit_per_minute = 1;
+    })
+    .await;
+    let mut statuses = Vec::new();
+    for _ in 0..2 {
+        let r = client()
+            .get(gw.url("/api/tags"))
+            .header("Origin", "https://anywhere.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.headers()["access-control-allow-origin"], "*");
+        statuses.push(r.status().as_u16());
+        if r.status() == 429 {
+            assert!(r.headers().get("retry-after").is_some());
+            let exposed = r.headers()["access-control-expose-headers"]
+                .to_str()
+                .unwrap()
+                .to_lowercase();
+            assert!(exposed.contains("retry-after"), "{exposed}");
+        }
+    }
+    assert_eq!(statuses, [200, 429]);
 
     // Off by default: no CORS headers at all.
     let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;

@@ -30,9 +30,12 @@ const STREAM_RETRY_SECS: u64 = 5;
 /// Without keys, forgotten IP addresses are pruned every this many checks.
 const PRUNE_EVERY: u64 = 4096;
 
-static LIMIT_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-limit-requests");
-static REMAINING_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-remaining-requests");
-static RESET_REQUESTS: HeaderName = HeaderName::from_static("x-ratelimit-reset-requests");
+pub(super) static LIMIT_REQUESTS: HeaderName =
+    HeaderName::from_static("x-ratelimit-limit-requests");
+pub(super) static REMAINING_REQUESTS: HeaderName =
+    HeaderName::from_static("x-ratelimit-remaining-requests");
+pub(super) static RESET_REQUESTS: HeaderName =
+    HeaderName::from_static("x-ratelimit-reset-requests");
 
 /// Who a limit is counted for.
 #[derive(Clone, PartialEq, Eq, Hash)]
