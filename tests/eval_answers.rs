@@ -273,6 +273,32 @@ async fn a_malformed_judgement_is_retried_then_reported_missing() {
 }
 
 #[tokio::test]
+async fn a_judge_that_never_gives_a_usable_judgement_gives_no_verdict() {
+    let up = ScriptedUpstream::start().await;
+    let judge = ScriptedUpstream::start().await;
+    let (_data, s) = settings(&up, &judge, |_| {}).await;
+    up.push(Reply::tokens(&["Set BRISA_SERVER_PORT."]));
+    judge.set_default(Reply::tokens(&["The answer looks fine to me."]));
+
+    let r = evaluate(&s, &[golden("q", "deploy", PORT_Q, PORT_GT)]).await;
+
+    assert_eq!(
+        (
+            r.faithfulness,
+            r.answer_relevancy,
+            r.context_recall,
+            r.context_precision
+        ),
+        (None, None, None, None)
+    );
+    assert_eq!(r.details[0].missing.len(), 4, "{:?}", r.details[0].missing);
+    assert_eq!(r.verdict, "UNSCORED", "no measurement, so no failing grade");
+    let table = answers::table(&r);
+    assert!(table.contains("UNSCORED"), "{table}");
+    assert!(table.contains("not a measurement"), "{table}");
+}
+
+#[tokio::test]
 async fn an_empty_context_scores_zero_without_asking_the_judge_about_it() {
     let up = ScriptedUpstream::start().await;
     let judge = ScriptedUpstream::start().await;
@@ -478,13 +504,17 @@ async fn post_v1_eval_returns_the_reference_shape() {
         .count();
     assert_eq!(reports, 1);
 
-    // limit picks the first questions; bad fields are 400s naming the field.
+    // limit picks the first questions; a long answer is previewed by its first 300
+    // characters (not bytes); bad fields are 400s naming the field.
+    let long = "año ".repeat(100);
+    up.push(Reply::tokens(&[&long]));
     let (status, _, body) = post(&gw.url("/v1/eval"), json!({"limit": 1})).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(
-        serde_json::from_str::<Value>(&body).unwrap()["details"][0]["id"],
-        "d1"
-    );
+    let d = &serde_json::from_str::<Value>(&body).unwrap()["details"][0];
+    assert_eq!(d["id"], "d1");
+    let preview = d["answer_preview"].as_str().unwrap();
+    assert_eq!(preview.chars().count(), 300);
+    assert!(long.starts_with(preview));
     for (req, param) in [
         (json!({"limit": -1}), "limit"),
         (json!({"category": "nope"}), "category"),
@@ -735,6 +765,10 @@ fn the_shipped_golden_sets_load() {
     assert!(editor
         .iter()
         .all(|g| g.selected_text.as_deref().is_some_and(|s| !s.is_empty())));
+    assert!(
+        editor.iter().any(|g| g.editor_content.is_some()),
+        "some questions need the open file too"
+    );
     assert_eq!(answers::select(general.clone(), "database", 2).len(), 2);
     assert!(answers::select(general, "no-such-category", 0).is_empty());
 }

@@ -8,6 +8,9 @@
 //! - context precision: Σ_k (precision@k · v_k) / Σ_k v_k over the ranked chunks, v_k = 1
 //!   when chunk k was useful.
 
+/// The verdict of a run in which no metric could be scored (every judgement missing).
+pub const UNSCORED: &str = "UNSCORED";
+
 /// Verdict of a global score: ≥ 0.80 `EXCELLENT`, ≥ 0.60 `ACCEPTABLE`, else `INSUFFICIENT`.
 pub fn verdict(score: f64) -> &'static str {
     if score >= 0.80 {

@@ -235,7 +235,21 @@ impl Evaluator<'_> {
             context_recall: round(context_recall),
             context_precision: round(context_precision),
             global_score: metrics::round4(global),
-            verdict: metrics::verdict(metrics::round4(global)).into(),
+            // Nothing measured is no verdict: a failing grade would blame the answers for
+            // what the judge could not do.
+            verdict: if [
+                faithfulness,
+                answer_relevancy,
+                context_recall,
+                context_precision,
+            ]
+            .iter()
+            .all(Option::is_none)
+            {
+                metrics::UNSCORED.into()
+            } else {
+                metrics::verdict(metrics::round4(global)).into()
+            },
             answer_model: self.answer_model.clone(),
             answer_relevancy_method: if self.embedder.is_some() {
                 "embeddings"
