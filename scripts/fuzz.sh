@@ -20,8 +20,10 @@ export CARGO_TARGET_DIR="${ASSIST_FUZZ_TARGET_DIR:-$cache/fuzz-target}"
 # No sanitizer: the code under test is safe Rust, where a bug is a panic, a hang or
 # runaway memory, which libFuzzer catches without one; and then cargo-fuzz passes no
 # nightly-only flag, so the toolchain that builds the gateway builds the targets too.
-# 16 codegen units a crate: a cold build in minutes rather than the better part of an
-# hour with 1, for somewhat slower runs. The same flags for build and run, or the run
+# 16 codegen units a crate: a cold build took 29 minutes on 2 cores (in a cold CI run),
+# against the better part of an hour and a half with 1, for somewhat slower runs. (An
+# unoptimised `--dev` build saves little, ~18 minutes with a model server sharing the
+# cores, and runs ~24 times fewer inputs a second.) The same flags for build and run, or the run
 # rebuilds.
 flags=(--sanitizer none --codegen-units 16)
 case "$budget" in
