@@ -1,14 +1,13 @@
 //! Wiring: builds the shared state from settings (one adapter per port) and serves it.
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
 
-use std::path::{Path, PathBuf};
-
 use crate::config::{ClassifierMode, Provider, ReformulatorMode, Settings};
+use crate::http::AppState;
 use crate::ingest::{chunk::ChunkConfig, DenseSink, Ingestor, Progress, Summary};
 use crate::llm::{self, Embedder};
 use crate::pipeline::classify::{Classifier, LlmClassifier, RulesClassifier};
@@ -22,35 +21,10 @@ use crate::retrieval::qdrant_server::QdrantServerStore;
 use crate::retrieval::{Lang, LexicalIndex, VectorStore};
 use crate::sessions::{self, Sessions};
 
-/// What every request handler shares.
-#[derive(Clone)]
-pub struct AppState {
-    pub settings: Arc<Settings>,
-    pub pipeline: Arc<Pipeline>,
-    pub retriever: Arc<Retriever>,
-    /// The knowledge base's embedder, also served by the embedding endpoints.
-    pub embedder: Option<Arc<dyn Embedder>>,
-    pub started: chrono::DateTime<chrono::Utc>,
-    /// Set while `POST /v1/eval` runs an evaluation (one at a time).
-    pub eval_running: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl AppState {
-    pub fn started_rfc3339(&self) -> String {
-        self.started
-            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-    }
-}
-
 /// The knowledge indexes: BM25 always, vectors when an embedder is configured.
 pub struct Knowledge {
     pub lexical: Arc<dyn LexicalIndex>,
     pub dense: Option<(Arc<dyn Embedder>, Arc<dyn VectorStore>)>,
-}
-
-/// Where `ingest` writes and the gateway reads the indexes.
-pub fn index_dir(settings: &Settings) -> PathBuf {
-    settings.data_dir.join("index")
 }
 
 /// Opens the indexes in `dir`: writable for `ingest`, read-only for serving.
@@ -69,14 +43,13 @@ pub fn open_knowledge(
         None => None,
         Some(embedder) => {
             let q = &settings.qdrant;
-            let store: Arc<dyn VectorStore> = if q.url.trim().is_empty() {
-                Arc::new(EdgeStore::open(&dir.join("vectors"))?)
-            } else {
-                Arc::new(QdrantServerStore::connect(
-                    &q.url,
-                    &q.api_key,
+            let store: Arc<dyn VectorStore> = match &q.url {
+                None => Arc::new(EdgeStore::open(&dir.join("vectors"))?),
+                Some(url) => Arc::new(QdrantServerStore::connect(
+                    url,
+                    q.api_key.as_deref(),
                     &q.collection,
-                )?)
+                )?),
             };
             Some((embedder, store))
         }
@@ -112,7 +85,7 @@ pub async fn ingest(
     rebuild: bool,
     progress: &dyn Progress,
 ) -> anyhow::Result<Summary> {
-    let live = index_dir(settings);
+    let live = settings.index_dir();
     let target = if rebuild {
         live.with_extension("rebuild")
     } else {
@@ -168,14 +141,7 @@ pub fn build(settings: Settings) -> anyhow::Result<AppState> {
         retriever,
         embedder,
     } = pipeline(&settings, true)?;
-    Ok(AppState {
-        retriever,
-        embedder,
-        settings: Arc::new(settings),
-        pipeline: Arc::new(pipeline),
-        started: chrono::Utc::now(),
-        eval_running: Arc::default(),
-    })
+    Ok(AppState::new(settings, pipeline, retriever, embedder))
 }
 
 /// What `pipeline` builds.
@@ -196,7 +162,7 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
             chat: chat.clone(),
             model: settings.llm.model.clone(),
             template: prompts.classify.clone(),
-            timeout: Duration::from_millis(settings.classifier.timeout_ms),
+            timeout: settings.classifier.timeout,
             history_messages: settings.classifier.history_messages,
         }),
     };
@@ -206,10 +172,10 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
             chat: chat.clone(),
             model: settings.llm.model.clone(),
             template: prompts.reformulate.clone(),
-            timeout: Duration::from_millis(settings.reformulator.timeout_ms),
+            timeout: settings.reformulator.timeout,
         }),
     };
-    let knowledge = open_knowledge(settings, &index_dir(settings), false)?;
+    let knowledge = open_knowledge(settings, &settings.index_dir(), false)?;
     let embedder = knowledge.dense.as_ref().map(|(e, _)| e.clone());
     let retriever = Arc::new(retriever(settings, knowledge));
     let sessions = if with_sessions {
@@ -233,7 +199,7 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
             answer_reserve_tokens: a.answer_reserve_tokens,
             cite_sources: a.cite_sources,
             send_num_ctx: settings.llm.provider == Provider::Ollama,
-            idle_timeout: Duration::from_secs(settings.llm.idle_timeout_secs),
+            idle_timeout: settings.llm.idle_timeout,
         },
         Stages {
             classifier,
@@ -256,14 +222,5 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let server = &state.settings.server;
-    let tls = crate::http::tls::acceptor(server)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
-    let options = crate::http::server::Options {
-        tls,
-        header_timeout: Duration::from_secs(server.header_read_timeout_secs),
-        grace: Duration::from_secs(server.shutdown_grace_secs),
-    };
-    let router = crate::http::router(state);
-    crate::http::server::run(listener, router, options, shutdown).await
+    crate::http::serve(listener, state, shutdown).await
 }

@@ -1,7 +1,12 @@
 //! Typed settings: the embedded `config/default.toml`, then an optional `--config` file,
 //! then environment variables named `ASSIST__SECTION__KEY`.
+//!
+//! The TOML and environment contract is plain values: `""` means "not set", durations are
+//! whole seconds (`*_secs`) or milliseconds (`*_ms`). They are read here, once, into
+//! `Option`s and `Duration`s, and each section checks what its types alone cannot.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use figment::providers::{Env, Format, Toml};
 use figment::Figment;
@@ -37,7 +42,8 @@ pub struct ServerSettings {
     pub api_keys: Vec<String>,
     /// A file with more keys, one a line (`#` comments and blank lines ignored), read at
     /// start-up and added to `api_keys`.
-    pub api_keys_file: String,
+    #[serde(default, with = "unset_if_empty")]
+    pub api_keys_file: Option<PathBuf>,
     #[serde(deserialize_with = "list_or_comma_string")]
     pub cors_origins: Vec<String>,
     pub max_body_bytes: usize,
@@ -45,19 +51,24 @@ pub struct ServerSettings {
     pub max_message_chars: usize,
     /// Most texts one embedding request may carry.
     pub max_embedding_inputs: usize,
-    pub shutdown_grace_secs: u64,
+    #[serde(rename = "shutdown_grace_secs", with = "secs")]
+    pub shutdown_grace: Duration,
     pub ollama_version: String,
     /// Requests per minute per API key (per client IP without keys); 0 = no limit.
     pub rate_limit_per_minute: u32,
     /// Streamed answers open at once per API key (per client IP without keys); 0 = no limit.
     pub max_streams_per_key: u32,
     /// PEM certificate chain and private key: both set = HTTPS (HTTP/1.1 and HTTP/2).
-    pub tls_cert: String,
-    pub tls_key: String,
+    #[serde(default, with = "unset_if_empty")]
+    pub tls_cert: Option<PathBuf>,
+    #[serde(default, with = "unset_if_empty")]
+    pub tls_key: Option<PathBuf>,
     /// A connection must deliver a request's headers (and a TLS handshake) within this.
-    pub header_read_timeout_secs: u64,
+    #[serde(rename = "header_read_timeout_secs", with = "secs")]
+    pub header_read_timeout: Duration,
     /// A request's body must arrive within this; slower → 408.
-    pub body_read_timeout_secs: u64,
+    #[serde(rename = "body_read_timeout_secs", with = "secs")]
+    pub body_read_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -79,8 +90,10 @@ pub enum LogFormat {
 pub struct AssistantSettings {
     pub model: String,
     pub passthrough: bool,
-    pub system_prompt_file: String,
-    pub prompts_dir: String,
+    #[serde(default, with = "unset_if_empty")]
+    pub system_prompt_file: Option<PathBuf>,
+    #[serde(default, with = "unset_if_empty")]
+    pub prompts_dir: Option<PathBuf>,
     pub context_tokens: u32,
     pub answer_reserve_tokens: u32,
     pub cite_sources: bool,
@@ -97,7 +110,8 @@ pub enum ClassifierMode {
 #[serde(deny_unknown_fields)]
 pub struct ClassifierSettings {
     pub mode: ClassifierMode,
-    pub timeout_ms: u64,
+    #[serde(rename = "timeout_ms", with = "millis")]
+    pub timeout: Duration,
     pub history_messages: usize,
 }
 
@@ -112,7 +126,8 @@ pub enum ReformulatorMode {
 #[serde(deny_unknown_fields)]
 pub struct ReformulatorSettings {
     pub mode: ReformulatorMode,
-    pub timeout_ms: u64,
+    #[serde(rename = "timeout_ms", with = "millis")]
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -126,11 +141,13 @@ pub enum SessionBackend {
 #[serde(deny_unknown_fields)]
 pub struct SessionSettings {
     pub backend: SessionBackend,
-    pub redis_url: String,
+    #[serde(default, with = "unset_if_empty")]
+    pub redis_url: Option<String>,
     pub redis_prefix: String,
     pub window_turns: usize,
     pub max_turns: usize,
-    pub ttl_secs: u64,
+    #[serde(rename = "ttl_secs", with = "secs")]
+    pub ttl: Duration,
     pub max_sessions: usize,
 }
 
@@ -140,18 +157,26 @@ pub struct LlmSettings {
     pub provider: Provider,
     pub base_url: String,
     pub model: String,
-    pub api_key: String,
-    pub connect_timeout_secs: u64,
-    pub first_byte_timeout_secs: u64,
-    pub idle_timeout_secs: u64,
+    #[serde(default, with = "unset_if_empty")]
+    pub api_key: Option<String>,
+    #[serde(rename = "connect_timeout_secs", with = "secs")]
+    pub connect_timeout: Duration,
+    #[serde(rename = "first_byte_timeout_secs", with = "secs")]
+    pub first_byte_timeout: Duration,
+    #[serde(rename = "idle_timeout_secs", with = "secs")]
+    pub idle_timeout: Duration,
     /// Upstreams tried, in order, when the primary fails for the assistant's model.
     pub fallbacks: Vec<FallbackSettings>,
     pub retries: u32,
-    pub retry_base_ms: u64,
-    pub retry_max_ms: u64,
+    #[serde(rename = "retry_base_ms", with = "millis")]
+    pub retry_base: Duration,
+    #[serde(rename = "retry_max_ms", with = "millis")]
+    pub retry_max: Duration,
     pub cooldown_failures: u32,
-    pub cooldown_secs: u64,
-    pub max_answer_secs: u64,
+    #[serde(rename = "cooldown_secs", with = "secs")]
+    pub cooldown: Duration,
+    #[serde(rename = "max_answer_secs", with = "secs")]
+    pub max_answer: Duration,
     pub max_chunk_bytes: usize,
 }
 
@@ -162,18 +187,23 @@ pub struct FallbackSettings {
     pub provider: Provider,
     pub base_url: String,
     pub model: String,
-    #[serde(default)]
-    pub api_key: String,
+    #[serde(default, with = "unset_if_empty")]
+    pub api_key: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmbeddingSettings {
     pub provider: EmbeddingProvider,
-    pub base_url: String,
+    /// Unset = `llm.base_url`.
+    #[serde(default, with = "unset_if_empty")]
+    pub base_url: Option<String>,
     pub model: String,
-    pub path: String,
-    pub api_key: String,
+    #[serde(default, with = "unset_if_empty")]
+    pub path: Option<PathBuf>,
+    /// Unset = `llm.api_key`.
+    #[serde(default, with = "unset_if_empty")]
+    pub api_key: Option<String>,
     pub batch_size: usize,
     #[serde(deserialize_with = "list_or_comma_string")]
     pub languages: Vec<String>,
@@ -191,9 +221,12 @@ pub enum EmbeddingProvider {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QdrantSettings {
-    pub url: String,
+    /// Unset = the embedded engine under `data_dir`.
+    #[serde(default, with = "unset_if_empty")]
+    pub url: Option<String>,
     pub collection: String,
-    pub api_key: String,
+    #[serde(default, with = "unset_if_empty")]
+    pub api_key: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -223,16 +256,22 @@ pub struct IngestSettings {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JudgeSettings {
-    /// Used with `base_url`; an empty `base_url` takes the whole connection from `[llm]`.
+    /// Used with `base_url`; an unset `base_url` takes the whole connection from `[llm]`.
     pub provider: Provider,
-    pub base_url: String,
-    /// Empty = `llm.model`.
-    pub model: String,
-    pub api_key: String,
-    pub connect_timeout_secs: u64,
-    pub first_byte_timeout_secs: u64,
+    #[serde(default, with = "unset_if_empty")]
+    pub base_url: Option<String>,
+    /// Unset = `llm.model`.
+    #[serde(default, with = "unset_if_empty")]
+    pub model: Option<String>,
+    #[serde(default, with = "unset_if_empty")]
+    pub api_key: Option<String>,
+    #[serde(rename = "connect_timeout_secs", with = "secs")]
+    pub connect_timeout: Duration,
+    #[serde(rename = "first_byte_timeout_secs", with = "secs")]
+    pub first_byte_timeout: Duration,
     /// Longest one judgement may take, whole answer included.
-    pub timeout_secs: u64,
+    #[serde(rename = "timeout_secs", with = "secs")]
+    pub timeout: Duration,
     pub max_tokens: u32,
     /// Ask for JSON output (`response_format` / Ollama `format`).
     pub json_mode: bool,
@@ -241,34 +280,21 @@ pub struct JudgeSettings {
 }
 
 impl JudgeSettings {
-    /// The connection settings the judge uses: its own, or `[llm]`'s where left empty.
+    /// The connection settings the judge uses: its own, or `[llm]`'s where unset.
     pub fn connection(&self, llm: &LlmSettings) -> LlmSettings {
-        let own_server = !self.base_url.trim().is_empty();
+        let (provider, base_url, api_key) = match &self.base_url {
+            Some(url) => (self.provider, url.clone(), self.api_key.clone()),
+            None => (llm.provider, llm.base_url.clone(), llm.api_key.clone()),
+        };
         LlmSettings {
-            provider: if own_server {
-                self.provider
-            } else {
-                llm.provider
-            },
-            base_url: if own_server {
-                self.base_url.clone()
-            } else {
-                llm.base_url.clone()
-            },
-            model: if self.model.trim().is_empty() {
-                llm.model.clone()
-            } else {
-                self.model.clone()
-            },
-            api_key: if own_server {
-                self.api_key.clone()
-            } else {
-                llm.api_key.clone()
-            },
-            connect_timeout_secs: self.connect_timeout_secs,
-            first_byte_timeout_secs: self.first_byte_timeout_secs,
-            idle_timeout_secs: self.timeout_secs,
-            max_answer_secs: self.timeout_secs,
+            provider,
+            base_url,
+            model: self.model.clone().unwrap_or_else(|| llm.model.clone()),
+            api_key,
+            connect_timeout: self.connect_timeout,
+            first_byte_timeout: self.first_byte_timeout,
+            idle_timeout: self.timeout,
+            max_answer: self.timeout,
             // One judge, no fallbacks: a judgement from another model would not be
             // comparable. Retries and cooldown as the answering model has them.
             fallbacks: Vec::new(),
@@ -281,8 +307,9 @@ impl JudgeSettings {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvalSettings {
-    /// Golden dataset `POST /v1/eval` evaluates. Empty = the endpoint is off (503).
-    pub dataset: String,
+    /// Golden dataset `POST /v1/eval` evaluates. Unset = the endpoint is off (503).
+    #[serde(default, with = "unset_if_empty")]
+    pub dataset: Option<PathBuf>,
     /// `max_tokens` of each evaluated answer; 0 = the assistant's own default.
     pub answer_max_tokens: u32,
 }
@@ -308,6 +335,15 @@ impl SettingsError {
             key: key.to_string(),
             reason: reason.into(),
         }
+    }
+}
+
+/// `Err` naming `key` unless `ok`.
+fn check(ok: bool, key: &str, reason: &str) -> Result<(), SettingsError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(SettingsError::new(key, reason))
     }
 }
 
@@ -341,19 +377,52 @@ impl Settings {
             };
             SettingsError::new(&key, e.kind.to_string())
         })?;
-        settings.read_keys_file()?;
+        settings.server.read_keys_file()?;
         settings.validate()?;
         Ok(settings)
     }
 
-    /// Adds the keys of `server.api_keys_file` to `server.api_keys`.
+    /// Where `ingest` writes and the gateway reads the knowledge indexes.
+    pub fn index_dir(&self) -> PathBuf {
+        self.data_dir.join("index")
+    }
+
+    /// Checks what types alone cannot, section by section, naming the key at fault.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        self.server.validate()?;
+        self.assistant.validate()?;
+        check(
+            !self.classifier.timeout.is_zero() && !self.reformulator.timeout.is_zero(),
+            "classifier.timeout_ms / reformulator.timeout_ms",
+            "must be at least 1",
+        )?;
+        self.sessions.validate()?;
+        self.llm.validate()?;
+        self.embeddings.validate()?;
+        check(
+            !self.qdrant.collection.trim().is_empty(),
+            "qdrant.collection",
+            "must not be empty",
+        )?;
+        self.retrieval.validate()?;
+        check(
+            self.ingest.chunk_chars >= 200 && self.ingest.overlap_chars < self.ingest.chunk_chars,
+            "ingest.chunk_chars / ingest.overlap_chars",
+            "chunk_chars must be at least 200 and larger than overlap_chars",
+        )?;
+        self.judge.validate()
+    }
+}
+
+impl ServerSettings {
+    /// Adds the keys of `api_keys_file` to `api_keys`.
     fn read_keys_file(&mut self) -> Result<(), SettingsError> {
-        let path = self.server.api_keys_file.trim();
-        if path.is_empty() {
+        let Some(path) = &self.api_keys_file else {
             return Ok(());
-        }
+        };
+        let shown = path.display();
         let text = std::fs::read_to_string(path)
-            .map_err(|e| SettingsError::new("server.api_keys_file", format!("{path}: {e}")))?;
+            .map_err(|e| SettingsError::new("server.api_keys_file", format!("{shown}: {e}")))?;
         let keys: Vec<String> = text
             .lines()
             .map(str::trim)
@@ -363,70 +432,60 @@ impl Settings {
         if keys.is_empty() {
             return Err(SettingsError::new(
                 "server.api_keys_file",
-                format!("{path} has no keys"),
+                format!("{shown} has no keys"),
             ));
         }
-        self.server.api_keys.extend(keys);
+        self.api_keys.extend(keys);
         Ok(())
     }
 
-    /// Checks what types alone cannot, naming the key at fault.
-    pub fn validate(&self) -> Result<(), SettingsError> {
-        let addr = &self.server.addr;
-        match addr.rsplit_once(':') {
-            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {}
-            _ => {
-                return Err(SettingsError::new(
-                    "server.addr",
-                    format!("'{addr}' is not host:port"),
-                ))
-            }
-        }
-        if self.server.max_messages == 0
-            || self.server.max_message_chars == 0
-            || self.server.max_embedding_inputs == 0
-        {
+    fn validate(&self) -> Result<(), SettingsError> {
+        let addr = &self.addr;
+        let host_port = matches!(addr.rsplit_once(':'),
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok());
+        if !host_port {
             return Err(SettingsError::new(
-                "server.max_messages / server.max_message_chars / server.max_embedding_inputs",
-                "must be at least 1",
+                "server.addr",
+                format!("'{addr}' is not host:port"),
             ));
         }
-        if self.server.max_body_bytes < 1024 {
-            return Err(SettingsError::new(
-                "server.max_body_bytes",
-                "must be at least 1024",
-            ));
-        }
-        if self.server.tls_cert.trim().is_empty() != self.server.tls_key.trim().is_empty() {
-            return Err(SettingsError::new(
-                "server.tls_cert / server.tls_key",
-                "set both (PEM files) for HTTPS, or neither for plain HTTP",
-            ));
-        }
+        check(
+            self.max_messages > 0 && self.max_message_chars > 0 && self.max_embedding_inputs > 0,
+            "server.max_messages / server.max_message_chars / server.max_embedding_inputs",
+            "must be at least 1",
+        )?;
+        check(
+            self.max_body_bytes >= 1024,
+            "server.max_body_bytes",
+            "must be at least 1024",
+        )?;
+        check(
+            self.tls_cert.is_some() == self.tls_key.is_some(),
+            "server.tls_cert / server.tls_key",
+            "set both (PEM files) for HTTPS, or neither for plain HTTP",
+        )?;
         for (key, path) in [
-            ("server.tls_cert", &self.server.tls_cert),
-            ("server.tls_key", &self.server.tls_key),
+            ("server.tls_cert", &self.tls_cert),
+            ("server.tls_key", &self.tls_key),
         ] {
-            if !path.trim().is_empty() && !Path::new(path.trim()).is_file() {
+            if let Some(path) = path.as_deref().filter(|p| !p.is_file()) {
                 return Err(SettingsError::new(
                     key,
-                    format!("file {path} does not exist"),
+                    format!("file {} does not exist", path.display()),
                 ));
             }
         }
-        if self.server.header_read_timeout_secs == 0 || self.server.body_read_timeout_secs == 0 {
-            return Err(SettingsError::new(
-                "server.header_read_timeout_secs / server.body_read_timeout_secs",
-                "must be at least 1 second",
-            ));
-        }
-        if self.server.api_keys.iter().any(|k| k.trim().is_empty()) {
-            return Err(SettingsError::new(
-                "server.api_keys",
-                "keys must not be empty",
-            ));
-        }
-        for origin in &self.server.cors_origins {
+        check(
+            !self.header_read_timeout.is_zero() && !self.body_read_timeout.is_zero(),
+            "server.header_read_timeout_secs / server.body_read_timeout_secs",
+            "must be at least 1 second",
+        )?;
+        check(
+            self.api_keys.iter().all(|k| !k.trim().is_empty()),
+            "server.api_keys",
+            "keys must not be empty",
+        )?;
+        for origin in &self.cors_origins {
             let ok = origin == "*"
                 || (origin.starts_with("http://") || origin.starts_with("https://"))
                     && axum::http::HeaderValue::from_str(origin).is_ok()
@@ -438,214 +497,171 @@ impl Settings {
                 ));
             }
         }
-        let model = self.assistant.model.trim();
-        if model.is_empty() || model.contains(char::is_whitespace) {
-            return Err(SettingsError::new(
-                "assistant.model",
-                "must be a non-empty name without spaces",
-            ));
-        }
-        if self.assistant.context_tokens < 256 {
-            return Err(SettingsError::new(
-                "assistant.context_tokens",
-                "must be at least 256",
-            ));
-        }
-        match reqwest::Url::parse(&self.llm.base_url) {
-            Ok(url) if matches!(url.scheme(), "http" | "https") => {}
-            Ok(url) => {
-                return Err(SettingsError::new(
-                    "llm.base_url",
-                    format!("scheme '{}' is not http or https", url.scheme()),
-                ))
-            }
-            Err(e) => {
-                return Err(SettingsError::new(
-                    "llm.base_url",
-                    format!("'{}' is not a URL: {e}", self.llm.base_url),
-                ))
-            }
-        }
-        if self.llm.model.trim().is_empty() {
-            return Err(SettingsError::new("llm.model", "must not be empty"));
-        }
-        self.validate_resilience()?;
-        if self.embeddings.provider == EmbeddingProvider::Local
-            && self.embeddings.path.trim().is_empty()
-        {
-            return Err(SettingsError::new(
-                "embeddings.path",
-                "the local embedder needs the model folder",
-            ));
-        }
-        if self.qdrant.collection.trim().is_empty() {
-            return Err(SettingsError::new("qdrant.collection", "must not be empty"));
-        }
-        if self.embeddings.batch_size == 0 {
-            return Err(SettingsError::new(
-                "embeddings.batch_size",
-                "must be at least 1",
-            ));
-        }
-        let r = &self.retrieval;
-        if r.top_k == 0 || r.candidates < r.top_k {
-            return Err(SettingsError::new(
-                "retrieval.top_k / retrieval.candidates",
-                "top_k must be at least 1 and candidates at least top_k",
-            ));
-        }
-        if r.rrf_k <= 0.0 {
-            return Err(SettingsError::new("retrieval.rrf_k", "must be positive"));
-        }
-        let weights = [
-            ("retrieval.bm25_weight", r.bm25_weight),
-            ("retrieval.dense_weight", r.dense_weight),
-            ("retrieval.foreign_dense_weight", r.foreign_dense_weight),
-            ("retrieval.spec_boost", r.spec_boost),
-            ("retrieval.narrative_boost", r.narrative_boost),
-            ("retrieval.code_example_boost", r.code_example_boost),
-            ("retrieval.code_boost", r.code_boost),
-        ];
-        if let Some((key, _)) = weights.iter().find(|(_, w)| !w.is_finite() || *w < 0.0) {
-            return Err(SettingsError::new(key, "must be a number ≥ 0"));
-        }
-        if self.ingest.chunk_chars < 200 || self.ingest.overlap_chars >= self.ingest.chunk_chars {
-            return Err(SettingsError::new(
-                "ingest.chunk_chars / ingest.overlap_chars",
-                "chunk_chars must be at least 200 and larger than overlap_chars",
-            ));
-        }
-        if self.assistant.answer_reserve_tokens >= self.assistant.context_tokens {
-            return Err(SettingsError::new(
-                "assistant.answer_reserve_tokens",
-                "must be smaller than assistant.context_tokens",
-            ));
-        }
-        if self.classifier.timeout_ms == 0 || self.reformulator.timeout_ms == 0 {
-            return Err(SettingsError::new(
-                "classifier.timeout_ms / reformulator.timeout_ms",
-                "must be at least 1",
-            ));
-        }
-        let sessions = &self.sessions;
-        if sessions.max_turns == 0 || sessions.window_turns > sessions.max_turns {
-            return Err(SettingsError::new(
-                "sessions.window_turns / sessions.max_turns",
-                "max_turns must be at least 1 and at least window_turns",
-            ));
-        }
-        if sessions.max_sessions == 0 || sessions.ttl_secs == 0 {
-            return Err(SettingsError::new(
-                "sessions.max_sessions / sessions.ttl_secs",
-                "must be at least 1",
-            ));
-        }
-        if sessions.backend == SessionBackend::Redis && sessions.redis_url.trim().is_empty() {
-            return Err(SettingsError::new(
-                "sessions.redis_url",
-                "the redis backend needs a URL, e.g. redis://127.0.0.1:6379",
-            ));
-        }
-        if self.llm.connect_timeout_secs == 0
-            || self.llm.first_byte_timeout_secs == 0
-            || self.llm.idle_timeout_secs == 0
-        {
-            return Err(SettingsError::new(
-                "llm.connect_timeout_secs / llm.first_byte_timeout_secs / llm.idle_timeout_secs",
-                "must be at least 1 second",
-            ));
-        }
-        let judge = &self.judge;
-        if !judge.base_url.trim().is_empty() {
-            match reqwest::Url::parse(&judge.base_url) {
-                Ok(url) if matches!(url.scheme(), "http" | "https") => {}
-                _ => {
-                    return Err(SettingsError::new(
-                        "judge.base_url",
-                        format!(
-                            "'{}' is not an http(s) URL (empty = llm.base_url)",
-                            judge.base_url
-                        ),
-                    ))
-                }
-            }
-        }
-        if judge.connect_timeout_secs == 0
-            || judge.first_byte_timeout_secs == 0
-            || judge.timeout_secs == 0
-        {
-            return Err(SettingsError::new(
-                "judge.connect_timeout_secs / judge.first_byte_timeout_secs / judge.timeout_secs",
-                "must be at least 1 second",
-            ));
-        }
-        if judge.max_tokens < 16 {
-            return Err(SettingsError::new(
-                "judge.max_tokens",
-                "must be at least 16",
-            ));
-        }
-        if !(1..=10).contains(&judge.relevancy_questions) {
-            return Err(SettingsError::new(
-                "judge.relevancy_questions",
-                "must be between 1 and 10",
-            ));
-        }
         Ok(())
     }
 }
 
-impl Settings {
-    /// Fallback upstreams, retries, cooldown and the answer bounds.
-    fn validate_resilience(&self) -> Result<(), SettingsError> {
-        let llm = &self.llm;
-        for (i, f) in llm.fallbacks.iter().enumerate() {
+impl AssistantSettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        let model = self.model.trim();
+        check(
+            !model.is_empty() && !model.contains(char::is_whitespace),
+            "assistant.model",
+            "must be a non-empty name without spaces",
+        )?;
+        check(
+            self.context_tokens >= 256,
+            "assistant.context_tokens",
+            "must be at least 256",
+        )?;
+        check(
+            self.answer_reserve_tokens < self.context_tokens,
+            "assistant.answer_reserve_tokens",
+            "must be smaller than assistant.context_tokens",
+        )
+    }
+}
+
+impl SessionSettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        check(
+            self.max_turns > 0 && self.window_turns <= self.max_turns,
+            "sessions.window_turns / sessions.max_turns",
+            "max_turns must be at least 1 and at least window_turns",
+        )?;
+        check(
+            self.max_sessions > 0 && !self.ttl.is_zero(),
+            "sessions.max_sessions / sessions.ttl_secs",
+            "must be at least 1",
+        )?;
+        check(
+            self.backend != SessionBackend::Redis || self.redis_url.is_some(),
+            "sessions.redis_url",
+            "the redis backend needs a URL, e.g. redis://127.0.0.1:6379",
+        )
+    }
+}
+
+impl LlmSettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        check_upstream_url("llm.base_url", &self.base_url)?;
+        check(
+            !self.model.trim().is_empty(),
+            "llm.model",
+            "must not be empty",
+        )?;
+        check(
+            !self.connect_timeout.is_zero()
+                && !self.first_byte_timeout.is_zero()
+                && !self.idle_timeout.is_zero(),
+            "llm.connect_timeout_secs / llm.first_byte_timeout_secs / llm.idle_timeout_secs",
+            "must be at least 1 second",
+        )?;
+        for (i, f) in self.fallbacks.iter().enumerate() {
             check_upstream_url(&format!("llm.fallbacks[{i}].base_url"), &f.base_url)?;
-            if f.model.trim().is_empty() {
-                return Err(SettingsError::new(
-                    &format!("llm.fallbacks[{i}].model"),
-                    "must not be empty",
-                ));
-            }
+            check(
+                !f.model.trim().is_empty(),
+                &format!("llm.fallbacks[{i}].model"),
+                "must not be empty",
+            )?;
         }
-        if llm.retries > 10 {
-            return Err(SettingsError::new("llm.retries", "must be at most 10"));
-        }
-        if llm.retry_base_ms == 0 || llm.retry_max_ms < llm.retry_base_ms {
-            return Err(SettingsError::new(
-                "llm.retry_base_ms / llm.retry_max_ms",
-                "retry_base_ms must be at least 1 and retry_max_ms at least retry_base_ms",
-            ));
-        }
-        if llm.retry_max_ms > 600_000 {
-            return Err(SettingsError::new(
-                "llm.retry_max_ms",
-                "must be at most 600000 (10 minutes)",
-            ));
-        }
-        if llm.cooldown_failures > 0 && llm.cooldown_secs == 0 {
-            return Err(SettingsError::new(
-                "llm.cooldown_secs",
-                "must be at least 1 (or set llm.cooldown_failures = 0 to never cool down)",
-            ));
-        }
-        if llm.max_answer_secs == 0 {
-            return Err(SettingsError::new(
-                "llm.max_answer_secs",
-                "must be at least 1 second",
-            ));
-        }
-        if llm.max_chunk_bytes < 1024 {
-            return Err(SettingsError::new(
-                "llm.max_chunk_bytes",
-                "must be at least 1024",
-            ));
-        }
-        Ok(())
+        check(self.retries <= 10, "llm.retries", "must be at most 10")?;
+        check(
+            !self.retry_base.is_zero() && self.retry_max >= self.retry_base,
+            "llm.retry_base_ms / llm.retry_max_ms",
+            "retry_base_ms must be at least 1 and retry_max_ms at least retry_base_ms",
+        )?;
+        check(
+            self.retry_max <= Duration::from_secs(600),
+            "llm.retry_max_ms",
+            "must be at most 600000 (10 minutes)",
+        )?;
+        check(
+            self.cooldown_failures == 0 || !self.cooldown.is_zero(),
+            "llm.cooldown_secs",
+            "must be at least 1 (or set llm.cooldown_failures = 0 to never cool down)",
+        )?;
+        check(
+            !self.max_answer.is_zero(),
+            "llm.max_answer_secs",
+            "must be at least 1 second",
+        )?;
+        check(
+            self.max_chunk_bytes >= 1024,
+            "llm.max_chunk_bytes",
+            "must be at least 1024",
+        )
     }
 }
 
-/// An upstream root: an http or https URL (as `llm.base_url` is checked above).
+impl EmbeddingSettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        check(
+            self.provider != EmbeddingProvider::Local || self.path.is_some(),
+            "embeddings.path",
+            "the local embedder needs the model folder",
+        )?;
+        if let Some(url) = &self.base_url {
+            check_upstream_url("embeddings.base_url", url)?;
+        }
+        check(
+            self.batch_size > 0,
+            "embeddings.batch_size",
+            "must be at least 1",
+        )
+    }
+}
+
+impl RetrievalSettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        check(
+            self.top_k > 0 && self.candidates >= self.top_k,
+            "retrieval.top_k / retrieval.candidates",
+            "top_k must be at least 1 and candidates at least top_k",
+        )?;
+        check(self.rrf_k > 0.0, "retrieval.rrf_k", "must be positive")?;
+        let weights = [
+            ("retrieval.bm25_weight", self.bm25_weight),
+            ("retrieval.dense_weight", self.dense_weight),
+            ("retrieval.foreign_dense_weight", self.foreign_dense_weight),
+            ("retrieval.spec_boost", self.spec_boost),
+            ("retrieval.narrative_boost", self.narrative_boost),
+            ("retrieval.code_example_boost", self.code_example_boost),
+            ("retrieval.code_boost", self.code_boost),
+        ];
+        match weights.iter().find(|(_, w)| !w.is_finite() || *w < 0.0) {
+            Some((key, _)) => Err(SettingsError::new(key, "must be a number ≥ 0")),
+            None => Ok(()),
+        }
+    }
+}
+
+impl JudgeSettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        if let Some(url) = &self.base_url {
+            check_upstream_url("judge.base_url", url)?;
+        }
+        check(
+            !self.connect_timeout.is_zero()
+                && !self.first_byte_timeout.is_zero()
+                && !self.timeout.is_zero(),
+            "judge.connect_timeout_secs / judge.first_byte_timeout_secs / judge.timeout_secs",
+            "must be at least 1 second",
+        )?;
+        check(
+            self.max_tokens >= 16,
+            "judge.max_tokens",
+            "must be at least 16",
+        )?;
+        check(
+            (1..=10).contains(&self.relevancy_questions),
+            "judge.relevancy_questions",
+            "must be between 1 and 10",
+        )
+    }
+}
+
+/// An upstream root: an http or https URL.
 fn check_upstream_url(key: &str, value: &str) -> Result<(), SettingsError> {
     match reqwest::Url::parse(value) {
         Ok(url) if matches!(url.scheme(), "http" | "https") => Ok(()),
@@ -677,6 +693,64 @@ fn list_or_comma_string<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, 
             .map(String::from)
             .collect(),
     })
+}
+
+/// A text setting where `""` (or only spaces) means "not set"; a set value is trimmed.
+mod unset_if_empty {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn deserialize<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: From<String>,
+    {
+        let text = Option::<String>::deserialize(d)?;
+        Ok(text
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .map(T::from))
+    }
+
+    pub fn serialize<S, T>(value: &Option<T>, s: S) -> Result<S::Ok, S::Error>
+    where
+        S: Serializer,
+        T: AsRef<std::ffi::OsStr>,
+    {
+        let text = value
+            .as_ref()
+            .map(|v| v.as_ref().to_string_lossy().into_owned());
+        s.serialize_str(text.as_deref().unwrap_or(""))
+    }
+}
+
+/// A duration written as whole seconds.
+mod secs {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_secs)
+    }
+
+    pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(value.as_secs())
+    }
+}
+
+/// A duration written as whole milliseconds.
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+
+    pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(value.as_millis()).unwrap_or(u64::MAX))
+    }
 }
 
 #[cfg(test)]
@@ -777,7 +851,7 @@ mod tests {
             "limits are off by default"
         );
         assert_eq!(s.server.max_streams_per_key, 0);
-        assert!(s.server.tls_cert.is_empty());
+        assert!(s.server.tls_cert.is_none());
     }
 
     #[test]
@@ -812,7 +886,7 @@ mod tests {
         assert_eq!(s.llm.retries, 1);
         assert_eq!(s.llm.fallbacks.len(), 1);
         assert_eq!(s.llm.fallbacks[0].provider, Provider::Openai);
-        assert_eq!(s.llm.fallbacks[0].api_key, "");
+        assert_eq!(s.llm.fallbacks[0].api_key, None);
         let cases = [
             (
                 "[[llm.fallbacks]]\nprovider = \"openai\"\nbase_url = \"ftp://b\"\nmodel = \"m\"\n",
@@ -860,8 +934,8 @@ mod tests {
         let c = s.judge.connection(&s.llm);
         assert_eq!(c.provider, Provider::Openai);
         assert_eq!(
-            (c.base_url.as_str(), c.model.as_str(), c.api_key.as_str()),
-            ("http://j:1/v1", "big", "k")
+            (c.base_url.as_str(), c.model.as_str(), c.api_key.as_deref()),
+            ("http://j:1/v1", "big", Some("k"))
         );
         for (toml, key) in [
             ("[judge]\nbase_url = \"ftp://x\"\n", "judge.base_url"),
@@ -874,6 +948,28 @@ mod tests {
             let err = Settings::load_without_env(Some(write(toml).path())).unwrap_err();
             assert!(err.to_string().contains(key), "{toml:?}: {err}");
         }
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API fixes the closure's error type
+    fn empty_means_unset_and_durations_are_read_once() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "c.toml",
+                "[server]\nheader_read_timeout_secs = 7\ntls_cert = \"  \"\n\n[llm]\nretry_base_ms = 250\napi_key = \" sk-x \"\n",
+            )?;
+            jail.set_env("ASSIST__QDRANT__URL", "");
+            jail.set_env("ASSIST__EMBEDDINGS__BASE_URL", "http://e:1");
+            let s = Settings::load(Some(Path::new("c.toml"))).unwrap();
+            assert_eq!(s.server.header_read_timeout, Duration::from_secs(7));
+            assert_eq!(s.llm.retry_base, Duration::from_millis(250));
+            assert_eq!(s.server.tls_cert, None, "blank is unset");
+            assert_eq!(s.llm.api_key.as_deref(), Some("sk-x"), "values are trimmed");
+            assert_eq!(s.qdrant.url, None);
+            assert_eq!(s.embeddings.base_url.as_deref(), Some("http://e:1"));
+            assert_eq!(s.sessions.ttl, Duration::from_secs(604_800));
+            Ok(())
+        });
     }
 
     #[test]

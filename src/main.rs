@@ -1,4 +1,6 @@
-//! The `assist-gateway` command.
+//! The `assist-gateway` command. The one place that prints to stdout: answers, tables and
+//! summaries are this command's output.
+#![allow(clippy::print_stdout)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -196,28 +198,23 @@ async fn ask(
     selection: Option<String>,
     session: Option<String>,
 ) -> anyhow::Result<()> {
+    use assist_gateway::context::EditorContext;
     use assist_gateway::llm::{GenParams, Input, Message, Role, UpstreamRequest};
     use assist_gateway::pipeline::{ChatTurn, Event};
-    use base64::Engine;
     use futures::StreamExt;
     use std::io::Write;
 
     let pipeline = assist_gateway::app::pipeline(&settings, session.is_some())?.pipeline;
-    // The editor context travels as the reference extension sends it: base64 fields in
-    // the `user` JSON, so `ask` exercises the same parsing as the API.
-    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let mut user = serde_json::Map::new();
+    // Blocks in the question are read as an API request's would be.
+    let mut editor = EditorContext::from_request(None, None, &question);
     if let Some(path) = &file {
-        let content = std::fs::read_to_string(path)
+        editor.editor_content = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("--file {}: {e}", path.display()))?;
-        user.insert("editor_content".into(), b64(&content).into());
-        user.insert(
-            "extra_context".into(),
-            b64(&format!("file: {}", path.display())).into(),
-        );
+        editor.file_path = Some(path.display().to_string());
+        editor.extra_context = format!("file: {}", path.display());
     }
-    if let Some(sel) = &selection {
-        user.insert("selected_text".into(), b64(sel).into());
+    if let Some(sel) = selection {
+        editor.selected_text = sel;
     }
     let turn = ChatTurn {
         request: UpstreamRequest {
@@ -228,9 +225,7 @@ async fn ask(
             tool_choice: None,
         },
         session_id: session,
-        user: (!user.is_empty())
-            .then(|| serde_json::Value::String(serde_json::Value::Object(user).to_string())),
-        additional_context: None,
+        editor,
     };
     let mut events = pipeline.run(turn).await?;
     let mut out = std::io::stdout().lock();
@@ -276,7 +271,7 @@ async fn ask(
 async fn ingest(settings: Settings, paths: Vec<PathBuf>, rebuild: bool) -> anyhow::Result<()> {
     use assist_gateway::{app, ingest::Bar};
     let started = std::time::Instant::now();
-    let live = app::index_dir(&settings);
+    let live = settings.index_dir();
     let summary = app::ingest(&settings, &paths, rebuild, &Bar::new()).await?;
     let secs = started.elapsed().as_secs_f64();
     println!(
@@ -311,7 +306,7 @@ async fn eval_retrieval(
     use assist_gateway::eval::retrieval::{evaluate, load_dataset, table};
     use assist_gateway::retrieval::hybrid::Mode;
     let cases = load_dataset(&dataset)?;
-    let knowledge = app::open_knowledge(&settings, &app::index_dir(&settings), false)?;
+    let knowledge = app::open_knowledge(&settings, &settings.index_dir(), false)?;
     let has_vectors = knowledge.dense.is_some();
     let retriever = app::retriever(&settings, knowledge);
     let modes: &[Mode] = if has_vectors {
@@ -387,7 +382,7 @@ async fn eval_answers(
 
 async fn serve(settings: Settings) -> anyhow::Result<()> {
     // A bad certificate or key stops the gateway here, before it listens.
-    let tls = assist_gateway::http::tls::acceptor(&settings.server)?.is_some();
+    let tls = assist_gateway::http::tls_acceptor(&settings.server)?.is_some();
     let addr = settings.server.addr.clone();
     let listener = tokio::net::TcpListener::bind(&addr)
         .await

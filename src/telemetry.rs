@@ -31,7 +31,10 @@ pub fn install() -> Option<&'static PrometheusHandle> {
         .get_or_init(|| {
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
-                .expect("the bucket list is not empty");
+                .unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "histograms keep the exporter's default buckets");
+                    PrometheusBuilder::new()
+                });
             match builder.install_recorder() {
                 Ok(handle) => {
                     describe();

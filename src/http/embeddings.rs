@@ -5,21 +5,20 @@
 
 use std::time::Instant;
 
-use axum::body::Body;
 use axum::extract::State;
-use axum::response::Response;
+use axum::Json;
 use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::error::error_response;
-use super::{check_length, json_response, read_json, Dialect, OneOrMany};
-use crate::app::AppState;
+use super::body::{self, check_count, check_length, OneOrMany};
+use super::dialect::{ApiError, Ollama, OpenAi};
+use super::AppState;
 use crate::config::ServerSettings;
 use crate::error::GatewayError;
 
 #[derive(Deserialize)]
-struct OpenAiRequest {
+pub(super) struct OpenAiRequest {
     model: String,
     input: Value,
     #[serde(default)]
@@ -32,7 +31,7 @@ struct OpenAiRequest {
 }
 
 #[derive(Deserialize)]
-struct OllamaEmbedRequest {
+pub(super) struct OllamaEmbedRequest {
     model: String,
     input: Value,
     #[serde(default)]
@@ -47,7 +46,7 @@ struct OllamaEmbedRequest {
 }
 
 #[derive(Deserialize)]
-struct OllamaLegacyRequest {
+pub(super) struct OllamaLegacyRequest {
     model: String,
     prompt: String,
 }
@@ -66,16 +65,12 @@ fn texts(input: Value, server: &ServerSettings) -> Result<Vec<String>, GatewayEr
     if texts.is_empty() {
         return Err(GatewayError::invalid("input", "input must not be empty"));
     }
-    if texts.len() > server.max_embedding_inputs {
-        return Err(GatewayError::invalid(
-            "input",
-            format!(
-                "{} inputs is more than the {} accepted (server.max_embedding_inputs)",
-                texts.len(),
-                server.max_embedding_inputs
-            ),
-        ));
-    }
+    check_count(
+        "input",
+        "inputs",
+        texts.len(),
+        (server.max_embedding_inputs, "server.max_embedding_inputs"),
+    )?;
     for (i, text) in texts.iter().enumerate() {
         check_length(server, &format!("input[{i}]"), text.chars().count())?;
     }
@@ -107,100 +102,89 @@ async fn embed(
 fn serves(state: &AppState, model: &str) -> bool {
     let e = &state.settings.embeddings;
     let bare = model.strip_suffix(":latest").unwrap_or(model);
-    let folder = std::path::Path::new(e.path.trim_end_matches('/'))
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("");
-    bare == e.model.strip_suffix(":latest").unwrap_or(&e.model)
-        || (!folder.is_empty() && bare == folder)
+    let folder = e
+        .path
+        .as_deref()
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str());
+    bare == e.model.strip_suffix(":latest").unwrap_or(&e.model) || folder == Some(bare)
 }
 
 fn token_estimate(texts: &[String]) -> usize {
     texts.iter().map(|t| t.chars().count().div_ceil(4)).sum()
 }
 
-pub(crate) async fn openai(State(state): State<AppState>, body: Body) -> Response {
-    let result = async {
-        let req: OpenAiRequest = read_json(&state, body).await?;
-        let base64 = match req.encoding_format.as_deref() {
-            None | Some("float") => false,
-            Some("base64") => true,
-            Some(other) => {
-                return Err(GatewayError::invalid(
-                    "encoding_format",
-                    format!("encoding_format '{other}' is not 'float' or 'base64'"),
-                ))
-            }
-        };
-        let texts = texts(req.input, &state.settings.server)?;
-        let vectors = embed(&state, &req.model, &texts).await?;
-        if let Some(d) = req.dimensions {
-            if vectors.first().is_some_and(|v| v.len() != d) {
-                return Err(GatewayError::invalid(
-                    "dimensions",
-                    format!("this model's vectors have {} dimensions", vectors[0].len()),
-                ));
-            }
+pub(super) async fn openai(
+    State(state): State<AppState>,
+    body::Json(req, _): body::Json<OpenAiRequest, OpenAi>,
+) -> Result<Json<Value>, ApiError<OpenAi>> {
+    let base64 = match req.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(GatewayError::invalid(
+                "encoding_format",
+                format!("encoding_format '{other}' is not 'float' or 'base64'"),
+            )
+            .into())
         }
-        let data: Vec<Value> = vectors
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                let embedding = if base64 {
-                    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                    json!(base64::engine::general_purpose::STANDARD.encode(bytes))
-                } else {
-                    json!(v)
-                };
-                json!({"object": "embedding", "index": i, "embedding": embedding})
-            })
-            .collect();
-        let tokens = token_estimate(&texts);
-        Ok(json!({
-            "object": "list",
-            "data": data,
-            "model": req.model,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }))
+    };
+    let texts = texts(req.input, &state.settings.server)?;
+    let vectors = embed(&state, &req.model, &texts).await?;
+    if let (Some(d), Some(first)) = (req.dimensions, vectors.first()) {
+        if first.len() != d {
+            return Err(GatewayError::invalid(
+                "dimensions",
+                format!("this model's vectors have {} dimensions", first.len()),
+            )
+            .into());
+        }
     }
-    .await;
-    match result {
-        Ok(v) => json_response(v),
-        Err(e) => error_response(Dialect::OpenAi, &e),
-    }
+    let data: Vec<Value> = vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let embedding = if base64 {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
+        .collect();
+    let tokens = token_estimate(&texts);
+    Ok(Json(json!({
+        "object": "list",
+        "data": data,
+        "model": req.model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    })))
 }
 
-pub(crate) async fn ollama_embed(State(state): State<AppState>, body: Body) -> Response {
+pub(super) async fn ollama_embed(
+    State(state): State<AppState>,
+    body::Json(req, _): body::Json<OllamaEmbedRequest, Ollama>,
+) -> Result<Json<Value>, ApiError<Ollama>> {
     let started = Instant::now();
-    let result = async {
-        let req: OllamaEmbedRequest = read_json(&state, body).await?;
-        let texts = texts(req.input, &state.settings.server)?;
-        let vectors = embed(&state, &req.model, &texts).await?;
-        Ok(json!({
-            "model": req.model,
-            "embeddings": vectors,
-            "total_duration": started.elapsed().as_nanos() as u64,
-            "load_duration": 0,
-            "prompt_eval_count": token_estimate(&texts),
-        }))
-    }
-    .await;
-    match result {
-        Ok(v) => json_response(v),
-        Err(e) => error_response(Dialect::Ollama, &e),
-    }
+    let texts = texts(req.input, &state.settings.server)?;
+    let vectors = embed(&state, &req.model, &texts).await?;
+    Ok(Json(json!({
+        "model": req.model,
+        "embeddings": vectors,
+        "total_duration": u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+        "load_duration": 0,
+        "prompt_eval_count": token_estimate(&texts),
+    })))
 }
 
-pub(crate) async fn ollama_legacy(State(state): State<AppState>, body: Body) -> Response {
-    let result = async {
-        let req: OllamaLegacyRequest = read_json(&state, body).await?;
-        check_length(&state.settings.server, "prompt", req.prompt.chars().count())?;
-        let mut vectors = embed(&state, &req.model, &[req.prompt]).await?;
-        Ok(json!({"embedding": vectors.pop().unwrap_or_default()}))
-    }
-    .await;
-    match result {
-        Ok(v) => json_response(v),
-        Err(e) => error_response(Dialect::Ollama, &e),
-    }
+pub(super) async fn ollama_legacy(
+    State(state): State<AppState>,
+    body::Json(req, _): body::Json<OllamaLegacyRequest, Ollama>,
+) -> Result<Json<Value>, ApiError<Ollama>> {
+    check_length(&state.settings.server, "prompt", req.prompt.chars().count())?;
+    let mut vectors = embed(&state, &req.model, &[req.prompt]).await?;
+    Ok(Json(
+        json!({"embedding": vectors.pop().unwrap_or_default()}),
+    ))
 }

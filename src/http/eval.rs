@@ -4,24 +4,22 @@
 //! The evaluation runs in its own task, so a client that goes away does not stop it; its
 //! reports are written under `data_dir/eval/<timestamp>` either way.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::Json;
 use serde::Deserialize;
 
-use super::{error_response, read_json, Dialect};
-use crate::app::AppState;
+use super::body;
+use super::dialect::{ApiError, OpenAi};
+use super::AppState;
 use crate::error::GatewayError;
 use crate::eval::answers::{self, judge::Judge, EvalError, EvalResponse, Evaluator};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct EvalRequest {
+pub(super) struct EvalRequest {
     /// Only this category; empty = all.
     #[serde(default)]
     category: String,
@@ -33,12 +31,15 @@ struct EvalRequest {
     index: String,
 }
 
-pub(crate) async fn evaluate(State(state): State<AppState>, body: Body) -> Response {
-    match run(state, body).await {
-        Ok(r) => (StatusCode::OK, axum::Json(r)).into_response(),
+pub(super) async fn evaluate(
+    State(state): State<AppState>,
+    body::Json(req, _): body::Json<EvalRequest, OpenAi>,
+) -> Result<Json<EvalResponse>, ApiError<OpenAi>> {
+    match run(state, req).await {
+        Ok(r) => Ok(Json(r)),
         Err(e) => {
             metrics::counter!("assist_eval_runs_total", "outcome" => "error").increment(1);
-            error_response(Dialect::OpenAi, &e)
+            Err(e.into())
         }
     }
 }
@@ -60,8 +61,7 @@ impl Drop for Running {
     }
 }
 
-async fn run(state: AppState, body: Body) -> Result<EvalResponse, GatewayError> {
-    let req: EvalRequest = read_json(&state, body).await?;
+async fn run(state: AppState, req: EvalRequest) -> Result<EvalResponse, GatewayError> {
     let limit = usize::try_from(req.limit)
         .map_err(|_| GatewayError::invalid("limit", "limit must be 0 (all) or more"))?;
     let settings = state.settings.clone();
@@ -73,14 +73,13 @@ async fn run(state: AppState, body: Body) -> Result<EvalResponse, GatewayError> 
             format!("only the configured index '{index}' can be evaluated"),
         ));
     }
-    let path = settings.eval.dataset.trim();
-    if path.is_empty() {
+    let Some(path) = &settings.eval.dataset else {
         return Err(GatewayError::unavailable(
             "eval_not_configured",
             "answer evaluation is off: set eval.dataset to a golden dataset file",
         ));
-    }
-    let dataset = answers::load_dataset(Path::new(path))
+    };
+    let dataset = answers::load_dataset(path)
         .map_err(|e| GatewayError::internal(format!("eval.dataset: {e:#}")))?;
     let questions = answers::select(dataset, &req.category, limit);
     if questions.is_empty() {

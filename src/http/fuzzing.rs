@@ -1,12 +1,15 @@
-//! The chat routes' request parsing as plain calls, for the fuzz targets in `fuzz/`:
-//! body bytes → the pipeline's input, through the very functions the handlers run once
-//! the body is read (nothing here re-implements them), and an error rendered as the
-//! response a client would get. Not a stable API.
+//! The chat routes' request parsing as plain calls, for the fuzz targets in `fuzz/` and
+//! the tests that replay their corpus: body bytes → the pipeline's input, through the very
+//! functions the handlers run once the body is read (nothing here re-implements them),
+//! and an error rendered as the response a client would get. Not a stable API.
 
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use serde_json::Value;
 
-use super::{check_limits, error_response, ollama, openai, Dialect};
+use super::chat::{self, Endpoint, Parsed};
+use super::dialect::{ApiError, Dialect};
+use super::{ollama, openai};
 use crate::config::ServerSettings;
 use crate::error::GatewayError;
 use crate::pipeline::ChatTurn;
@@ -25,11 +28,9 @@ pub enum ChatRoute {
 }
 
 impl ChatRoute {
-    pub fn dialect(self) -> Dialect {
-        match self {
-            ChatRoute::OpenAiChat | ChatRoute::OpenAiCompletions => Dialect::OpenAi,
-            ChatRoute::OllamaChat | ChatRoute::OllamaGenerate => Dialect::Ollama,
-        }
+    /// Whether errors take OpenAI's shape (else Ollama's).
+    pub fn is_openai(self) -> bool {
+        matches!(self, ChatRoute::OpenAiChat | ChatRoute::OpenAiCompletions)
     }
 }
 
@@ -42,6 +43,14 @@ pub struct ParsedRequest {
     pub load: bool,
 }
 
+fn parsed<R>(p: Parsed<R>) -> ParsedRequest {
+    ParsedRequest {
+        turn: p.turn,
+        stream: p.stream,
+        load: p.load,
+    }
+}
+
 /// A read body as the route's handler parses it, then the request limits it checks before
 /// the pipeline runs (Ollama's load requests skip them: nothing is generated).
 pub fn parse_chat_request(
@@ -50,32 +59,28 @@ pub fn parse_chat_request(
     server: &ServerSettings,
 ) -> Result<ParsedRequest, GatewayError> {
     let parsed = match route {
-        ChatRoute::OpenAiChat => {
-            openai::parse_chat(body).map(|(turn, shape)| (turn, shape.stream, false))
-        }
-        ChatRoute::OpenAiCompletions => {
-            openai::parse_completion(body).map(|(turn, shape)| (turn, shape.stream, false))
-        }
-        ChatRoute::OllamaChat => ollama::parse_chat(body).map(|p| (p.turn, p.stream, p.load)),
-        ChatRoute::OllamaGenerate => {
-            ollama::parse_generate(body).map(|p| (p.turn, p.stream, p.load))
-        }
-    };
-    let (turn, stream, load) = parsed?;
-    if !load {
-        check_limits(server, &turn)?;
+        ChatRoute::OpenAiChat => openai::ChatCompletions::parse(body).map(parsed),
+        ChatRoute::OpenAiCompletions => openai::Completions::parse(body).map(parsed),
+        ChatRoute::OllamaChat => ollama::Chat::parse(body).map(parsed),
+        ChatRoute::OllamaGenerate => ollama::Generate::parse(body).map(parsed),
+    }?;
+    if !parsed.load {
+        chat::check_limits(server, &parsed.turn)?;
     }
-    Ok(ParsedRequest { turn, stream, load })
+    Ok(parsed)
 }
 
-/// The status and JSON body of the response an error becomes in a dialect.
-pub fn render_error(dialect: Dialect, e: &GatewayError) -> (StatusCode, Value) {
-    let response = error_response(dialect, e);
-    let status = response.status();
-    let bytes = futures::executor::block_on(axum::body::to_bytes(response.into_body(), usize::MAX))
-        .expect("an error body is in memory");
-    let body = serde_json::from_slice(&bytes).expect("an error body is JSON");
-    (status, body)
+/// The status and JSON body of the response an error becomes on `route`.
+pub fn render_error(route: ChatRoute, e: &GatewayError) -> (StatusCode, Value) {
+    fn rendered<D: Dialect>(e: &GatewayError) -> (StatusCode, Value) {
+        let response = ApiError::<D>::from(e.clone()).into_response();
+        (response.status(), D::error_body(e))
+    }
+    if route.is_openai() {
+        rendered::<super::OpenAi>(e)
+    } else {
+        rendered::<super::Ollama>(e)
+    }
 }
 
 #[cfg(test)]
@@ -101,10 +106,10 @@ mod tests {
 
         let e = parse_chat_request(ChatRoute::OpenAiChat, br#"{"model":"m","n":3}"#, &server())
             .unwrap_err();
-        let (status, body) = render_error(Dialect::OpenAi, &e);
+        let (status, body) = render_error(ChatRoute::OpenAiChat, &e);
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert_eq!(body["error"]["param"], json!("n"));
-        let (_, body) = render_error(Dialect::Ollama, &e);
+        let (_, body) = render_error(ChatRoute::OllamaChat, &e);
         assert!(body["error"].as_str().unwrap().contains("n = 3"), "{body}");
 
         let mut small = server();

@@ -6,13 +6,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use crate::app::AppState;
+use super::AppState;
 
 /// Readiness probes must answer quickly even when a dependency hangs.
 const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Liveness: the process answers. Never checks dependencies, never needs a key.
-pub(crate) async fn health() -> Response {
+pub(super) async fn health() -> Response {
     Json(json!({"status": "ok"})).into_response()
 }
 
@@ -21,7 +21,7 @@ pub(crate) async fn health() -> Response {
 /// `reason` when not ok. `upstream` is a list (one entry per upstream). 503 only when no
 /// upstream answers; anything else degraded still serves (BM25 answers alone, answers
 /// come without memory), so it is 200.
-pub(crate) async fn ready(State(state): State<AppState>) -> Response {
+pub(super) async fn ready(State(state): State<AppState>) -> Response {
     let (upstream, knowledge, session_store) = tokio::join!(
         upstream_checks(&state),
         state.retriever.readiness(READY_TIMEOUT),
@@ -99,6 +99,6 @@ async fn session_check(state: &AppState) -> Value {
 }
 
 /// `GET /`: a plain answer, as Ollama gives, for clients that probe the root.
-pub(crate) async fn root() -> &'static str {
+pub(super) async fn root() -> &'static str {
     "assist-gateway is running (OpenAI API under /v1, Ollama API under /api)\n"
 }

@@ -1,26 +1,23 @@
 //! Per-caller limits: requests per minute (GCRA, `governor`) and streamed answers open at
-//! once. The caller is its API key when `server.api_keys` is set, else its IP address.
-//! Keys are only held as SHA-256 digests and logged as the first 8 hex digits of one.
+//! once. The caller is its API key (as a digest) when `server.api_keys` is set, else its
+//! IP address; it is logged as a short id, never as the key.
 
 use std::collections::HashMap;
-use std::fmt;
-use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::header::{AUTHORIZATION, RETRY_AFTER};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
-use sha2::{Digest, Sha256};
 
-use super::{auth, error_response, failed, Dialect, RequestLog};
+use super::auth::Caller;
+use super::dialect::{ApiError, Dialect};
 use crate::config::ServerSettings;
 use crate::error::GatewayError;
 
@@ -37,34 +34,10 @@ pub(super) static REMAINING_REQUESTS: HeaderName =
 pub(super) static RESET_REQUESTS: HeaderName =
     HeaderName::from_static("x-ratelimit-reset-requests");
 
-/// Who a limit is counted for.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub(crate) enum Caller {
-    /// SHA-256 of the API key.
-    Key([u8; 32]),
-    Ip(IpAddr),
-    /// Neither a key nor an address (a router served without connection info).
-    Unknown,
-}
-
-impl fmt::Display for Caller {
-    /// A short id safe to log: never the key itself.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Caller::Key(digest) => {
-                f.write_str("key:")?;
-                digest[..4].iter().try_for_each(|b| write!(f, "{b:02x}"))
-            }
-            Caller::Ip(ip) => write!(f, "ip:{ip}"),
-            Caller::Unknown => f.write_str("unknown"),
-        }
-    }
-}
-
 type Limiter =
     RateLimiter<Caller, DashMapStateStore<Caller>, DefaultClock, StateInformationMiddleware>;
 
-pub(crate) struct Limits {
+pub struct Limits {
     by_key: bool,
     per_minute: u32,
     requests: Option<Limiter>,
@@ -76,7 +49,7 @@ pub(crate) struct Limits {
 
 impl Limits {
     /// The limits the settings ask for, or `None` when both are off.
-    pub(crate) fn from_settings(server: &ServerSettings) -> Option<Arc<Self>> {
+    pub fn from_settings(server: &ServerSettings) -> Option<Arc<Self>> {
         let requests = NonZeroU32::new(server.rate_limit_per_minute).map(|n| {
             RateLimiter::dashmap(Quota::per_minute(n))
                 .with_middleware::<StateInformationMiddleware>()
@@ -92,23 +65,6 @@ impl Limits {
             streams: Mutex::new(HashMap::new()),
             checks: AtomicU64::new(0),
         }))
-    }
-
-    fn caller(&self, req: &Request) -> Caller {
-        if self.by_key {
-            // The key check ran first, so this is one of the configured keys.
-            let key = auth::bearer(
-                req.headers()
-                    .get(AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok()),
-            );
-            if let Some(key) = key {
-                return Caller::Key(Sha256::digest(key.as_bytes()).into());
-            }
-        }
-        req.extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map_or(Caller::Unknown, |ConnectInfo(addr)| Caller::Ip(addr.ip()))
     }
 
     /// Counts one request; `Err` with the seconds to wait when over the limit.
@@ -144,7 +100,7 @@ impl Limits {
 
 /// One of a caller's stream slots, given back when dropped (the stream ended, failed, or
 /// its client went away).
-pub(crate) struct StreamSlot {
+pub struct StreamSlot {
     limits: Arc<Limits>,
     caller: Caller,
 }
@@ -168,72 +124,47 @@ impl Drop for StreamSlot {
 /// Lets a chat handler claim a stream slot for the caller of its request (present when
 /// `server.max_streams_per_key` is set).
 #[derive(Clone)]
-pub(crate) struct StreamGate {
+pub struct StreamGate {
     limits: Arc<Limits>,
     caller: Caller,
 }
 
-/// A 429 for a streamed answer, to render with its request's log.
-pub(crate) struct StreamsLimited {
-    error: GatewayError,
-}
-
-impl StreamsLimited {
-    pub(crate) fn respond(self, log: RequestLog) -> Response {
-        let mut response = failed(log, self.error);
-        response
-            .headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from(STREAM_RETRY_SECS));
-        response
+impl StreamGate {
+    /// One of the caller's stream slots, held as long as the stream lives; a 429 with
+    /// `retry-after` when all are taken.
+    pub fn claim(&self) -> Result<StreamSlot, GatewayError> {
+        if let Some(slot) = self.limits.claim_stream(&self.caller) {
+            return Ok(slot);
+        }
+        metrics::counter!("assist_rate_limited_total", "limit" => "streams").increment(1);
+        tracing::warn!(
+            caller = %self.caller,
+            limit = "streams",
+            max_streams = self.limits.max_streams,
+            "rate limited"
+        );
+        let mut e = GatewayError::rate_limited(format!(
+            "{} streamed answers are already open for this {} (server.max_streams_per_key); retry when one ends",
+            self.limits.max_streams,
+            if self.limits.by_key { "API key" } else { "client" },
+        ));
+        e.retry_after = Some(STREAM_RETRY_SECS);
+        Err(e)
     }
 }
 
-/// For a streamed answer, claims one of the caller's stream slots and gives it to `log`,
-/// which holds it as long as the stream lives. Non-streamed answers take no slot.
-pub(crate) fn claim_stream(
-    gate: Option<&StreamGate>,
-    stream: bool,
-    log: &mut RequestLog,
-) -> Result<(), StreamsLimited> {
-    let Some(gate) = gate.filter(|_| stream) else {
-        return Ok(());
-    };
-    match gate.limits.claim_stream(&gate.caller) {
-        Some(slot) => {
-            log.hold(slot);
-            Ok(())
-        }
-        None => {
-            metrics::counter!("assist_rate_limited_total", "limit" => "streams").increment(1);
-            tracing::warn!(
-                caller = %gate.caller,
-                limit = "streams",
-                max_streams = gate.limits.max_streams,
-                "rate limited"
-            );
-            Err(StreamsLimited {
-                error: GatewayError::rate_limited(format!(
-                    "{} streamed answers are already open for this {} (server.max_streams_per_key); retry when one ends",
-                    gate.limits.max_streams,
-                    if gate.limits.by_key { "API key" } else { "client" },
-                )),
-            })
-        }
-    }
-}
-
-/// Middleware: counts the request against the caller's per-minute limit (429 over it) and
-/// hands the handlers a `StreamGate`. `/health` is never limited; without limits
-/// configured, requests pass untouched.
-pub(crate) async fn enforce(
+/// Middleware: counts the request against the caller's per-minute limit (429 over it, in
+/// dialect `D`'s shape) and hands the handlers a `StreamGate`. Without limits configured,
+/// requests pass untouched.
+pub async fn enforce<D: Dialect>(
     State(limits): State<Option<Arc<Limits>>>,
     mut req: Request,
     next: Next,
 ) -> Response {
-    let Some(limits) = limits.filter(|_| req.uri().path() != "/health") else {
+    let Some(limits) = limits else {
         return next.run(req).await;
     };
-    let caller = limits.caller(&req);
+    let caller = Caller::of(&req);
     let remaining = match limits.check_request(&caller) {
         Ok(remaining) => remaining,
         Err(retry_after) => {
@@ -244,14 +175,18 @@ pub(crate) async fn enforce(
                 retry_after_secs = retry_after,
                 "rate limited"
             );
-            let e = GatewayError::rate_limited(format!(
+            let mut e = GatewayError::rate_limited(format!(
                 "rate limit of {} requests per minute reached (server.rate_limit_per_minute); retry in {retry_after} s",
                 limits.per_minute
             ));
-            let mut response = error_response(Dialect::of_path(req.uri().path()), &e);
-            let headers = response.headers_mut();
-            headers.insert(RETRY_AFTER, HeaderValue::from(retry_after));
-            rate_headers(headers, limits.per_minute, 0, Some(retry_after));
+            e.retry_after = Some(retry_after);
+            let mut response = ApiError::<D>::from(e).into_response();
+            rate_headers(
+                response.headers_mut(),
+                limits.per_minute,
+                0,
+                Some(retry_after),
+            );
             return response;
         }
     };
@@ -282,14 +217,6 @@ fn rate_headers(headers: &mut HeaderMap, limit: u32, remaining: u32, reset_secs:
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn caller_ids_never_show_the_key() {
-        let key = "sk-very-secret-key";
-        let id = Caller::Key(Sha256::digest(key.as_bytes()).into()).to_string();
-        assert!(id.starts_with("key:") && id.len() == 12, "{id}");
-        assert!(!id.contains("secret"));
-    }
 
     #[test]
     fn stream_slots_are_given_back_when_dropped() {

@@ -8,14 +8,14 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::app::AppState;
+use super::AppState;
 use crate::telemetry;
 
 /// Longest wait for each scrape-time count; a store that does not answer keeps its gauge
 /// at the last value read.
 const SCRAPE_WAIT: Duration = Duration::from_millis(500);
 
-pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     let Some(handle) = telemetry::install() else {
         return (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -13,29 +13,30 @@ use crate::config::{ServerSettings, SettingsError};
 /// The TLS acceptor the settings ask for (`None`: plain HTTP). Errors name the key at
 /// fault, so a bad certificate or key stops the gateway at start-up.
 pub fn acceptor(server: &ServerSettings) -> Result<Option<TlsAcceptor>, SettingsError> {
-    let (cert, key) = (server.tls_cert.trim(), server.tls_key.trim());
-    if cert.is_empty() && key.is_empty() {
-        return Ok(None);
-    }
-    if cert.is_empty() || key.is_empty() {
-        return Err(SettingsError::new(
-            "server.tls_cert / server.tls_key",
-            "set both (PEM files) for HTTPS, or neither for plain HTTP",
-        ));
-    }
+    let (cert, key) = match (&server.tls_cert, &server.tls_key) {
+        (None, None) => return Ok(None),
+        (Some(cert), Some(key)) => (cert, key),
+        _ => {
+            return Err(SettingsError::new(
+                "server.tls_cert / server.tls_key",
+                "set both (PEM files) for HTTPS, or neither for plain HTTP",
+            ))
+        }
+    };
+    let (cert_shown, key_shown) = (cert.display(), key.display());
     let chain = CertificateDer::pem_file_iter(cert)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| SettingsError::new("server.tls_cert", format!("{cert}: {e}")))?;
+        .map_err(|e| SettingsError::new("server.tls_cert", format!("{cert_shown}: {e}")))?;
     if chain.is_empty() {
         return Err(SettingsError::new(
             "server.tls_cert",
-            format!("{cert}: no PEM certificate in the file"),
+            format!("{cert_shown}: no PEM certificate in the file"),
         ));
     }
     let private = PrivateKeyDer::from_pem_file(key).map_err(|e| {
         SettingsError::new(
             "server.tls_key",
-            format!("{key}: no usable PEM private key: {e}"),
+            format!("{key_shown}: no usable PEM private key: {e}"),
         )
     })?;
     let mut config = ServerConfig::builder_with_provider(Arc::new(aws_lc_rs::default_provider()))
@@ -46,7 +47,7 @@ pub fn acceptor(server: &ServerSettings) -> Result<Option<TlsAcceptor>, Settings
         .map_err(|e| {
             SettingsError::new(
                 "server.tls_key",
-                format!("{key} does not go with the certificate in {cert}: {e}"),
+                format!("{key_shown} does not go with the certificate in {cert_shown}: {e}"),
             )
         })?;
     // HTTP/2 first for clients that offer it; HTTP/1.1 for the rest.

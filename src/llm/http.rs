@@ -28,7 +28,7 @@ pub(crate) struct Upstream {
 impl Upstream {
     pub(crate) fn new(
         base_url: &str,
-        api_key: &str,
+        api_key: Option<&str>,
         connect_timeout: Duration,
         first_byte_timeout: Duration,
     ) -> anyhow::Result<Self> {
@@ -37,12 +37,11 @@ impl Upstream {
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(90))
             .build()?;
-        let key = api_key.trim();
         Ok(Self {
             client,
             base: base_url.trim_end_matches('/').to_string(),
             shown: without_credentials(base_url.trim_end_matches('/')),
-            api_key: (!key.is_empty()).then(|| key.to_string()),
+            api_key: api_key.map(str::to_string),
             first_byte_timeout,
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         })
@@ -292,7 +291,7 @@ mod tests {
     #[test]
     fn credentials_in_a_base_url_are_never_shown() {
         let d = Duration::from_secs(1);
-        let up = Upstream::new("https://bob:s3cret@llm.example.com/v1/", "", d, d).unwrap();
+        let up = Upstream::new("https://bob:s3cret@llm.example.com/v1/", None, d, d).unwrap();
         assert_eq!(up.shown(), "https://***@llm.example.com/v1");
         assert_eq!(
             up.url("/models"),
@@ -338,7 +337,7 @@ mod tests {
         let response = Response::from(axum::http::Response::new(body));
         let up = Upstream::new(
             "http://u",
-            "",
+            None,
             Duration::from_secs(1),
             Duration::from_secs(1),
         )

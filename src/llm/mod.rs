@@ -429,12 +429,12 @@ pub async fn complete(
 /// Builds the configured upstreams (`llm` and its `fallbacks`) behind one `ChatModel`
 /// that retries, falls back, cools failing upstreams down and bounds every answer.
 pub fn from_settings(settings: &LlmSettings) -> anyhow::Result<Arc<dyn ChatModel>> {
-    let adapter = |provider: Provider, base_url: &str, api_key: &str| {
+    let adapter = |provider: Provider, base_url: &str, api_key: Option<&str>| {
         let client = http::Upstream::new(
             base_url,
             api_key,
-            Duration::from_secs(settings.connect_timeout_secs),
-            Duration::from_secs(settings.first_byte_timeout_secs),
+            settings.connect_timeout,
+            settings.first_byte_timeout,
         )?
         .with_max_line_bytes(settings.max_chunk_bytes);
         Ok::<Arc<dyn ChatModel>, anyhow::Error>(match provider {
@@ -443,12 +443,16 @@ pub fn from_settings(settings: &LlmSettings) -> anyhow::Result<Arc<dyn ChatModel
         })
     };
     let mut upstreams = vec![resilient::Target::new(
-        adapter(settings.provider, &settings.base_url, &settings.api_key)?,
+        adapter(
+            settings.provider,
+            &settings.base_url,
+            settings.api_key.as_deref(),
+        )?,
         &settings.model,
     )];
     for f in &settings.fallbacks {
         upstreams.push(resilient::Target::new(
-            adapter(f.provider, &f.base_url, &f.api_key)?,
+            adapter(f.provider, &f.base_url, f.api_key.as_deref())?,
             &f.model,
         ));
     }
@@ -464,33 +468,29 @@ pub fn embedder_from_settings(
     settings: &EmbeddingSettings,
     llm: &LlmSettings,
 ) -> anyhow::Result<Option<Arc<dyn Embedder>>> {
-    let pick = |own: &str, fallback: &str| {
-        if own.trim().is_empty() {
-            fallback.to_string()
-        } else {
-            own.to_string()
-        }
-    };
     let client = || {
         http::Upstream::new(
-            &pick(&settings.base_url, &llm.base_url),
-            &pick(&settings.api_key, &llm.api_key),
-            Duration::from_secs(llm.connect_timeout_secs),
-            Duration::from_secs(llm.first_byte_timeout_secs),
+            settings.base_url.as_deref().unwrap_or(&llm.base_url),
+            settings.api_key.as_deref().or(llm.api_key.as_deref()),
+            llm.connect_timeout,
+            llm.first_byte_timeout,
         )
     };
-    Ok(match settings.provider {
-        EmbeddingProvider::None => None,
-        EmbeddingProvider::Local => Some(Arc::new(local::LocalEmbedder::load(
-            std::path::Path::new(&settings.path),
+    Ok(match (settings.provider, &settings.path) {
+        (EmbeddingProvider::None, _) => None,
+        (EmbeddingProvider::Local, None) => {
+            anyhow::bail!("embeddings.path: the local embedder needs the model folder")
+        }
+        (EmbeddingProvider::Local, Some(path)) => Some(Arc::new(local::LocalEmbedder::load(
+            path,
             settings.batch_size,
         )?)),
-        EmbeddingProvider::Ollama => Some(Arc::new(ollama::OllamaEmbedder::new(
+        (EmbeddingProvider::Ollama, _) => Some(Arc::new(ollama::OllamaEmbedder::new(
             client()?,
             &settings.model,
             settings.batch_size,
         ))),
-        EmbeddingProvider::Openai => Some(Arc::new(openai::OpenAiEmbedder::new(
+        (EmbeddingProvider::Openai, _) => Some(Arc::new(openai::OpenAiEmbedder::new(
             client()?,
             &settings.model,
             settings.batch_size,

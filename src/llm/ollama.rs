@@ -451,7 +451,7 @@ mod tests {
     fn up() -> Upstream {
         Upstream::new(
             "http://u",
-            "",
+            None,
             Duration::from_secs(1),
             Duration::from_secs(1),
         )

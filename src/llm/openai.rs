@@ -387,7 +387,7 @@ mod tests {
     fn up() -> Upstream {
         Upstream::new(
             "http://u/v1",
-            "",
+            None,
             Duration::from_secs(1),
             Duration::from_secs(1),
         )

@@ -46,12 +46,12 @@ impl Policy {
     pub fn from_settings(s: &LlmSettings) -> Self {
         Self {
             retries: s.retries,
-            retry_base: Duration::from_millis(s.retry_base_ms),
-            retry_max: Duration::from_millis(s.retry_max_ms),
+            retry_base: s.retry_base,
+            retry_max: s.retry_max,
             cooldown_failures: s.cooldown_failures,
-            cooldown: Duration::from_secs(s.cooldown_secs),
-            first_token: Duration::from_secs(s.first_byte_timeout_secs),
-            max_answer: Duration::from_secs(s.max_answer_secs),
+            cooldown: s.cooldown,
+            first_token: s.first_byte_timeout,
+            max_answer: s.max_answer,
         }
     }
 }

@@ -39,16 +39,21 @@ pub struct ChatTurn {
     pub request: UpstreamRequest,
     /// The conversation key, from the request's top-level `session_id`.
     pub session_id: Option<String>,
-    /// The raw OpenAI `user` field (editor context arrives here).
-    pub user: Option<Value>,
-    /// IDE context items (`additional_context`), as sent.
-    pub additional_context: Option<Value>,
+    /// What the user is looking at in the editor, read at the edge.
+    pub editor: EditorContext,
 }
 
 impl ChatTurn {
-    /// The editor context, from every place a client may have put it.
-    pub fn editor_context(&self) -> EditorContext {
-        let last_user = match &self.request.input {
+    /// A turn as a client sent it: the editor context is read from every place a client
+    /// may have put it (the `user` field, `additional_context` items, continue-style
+    /// blocks in the last user message); what cannot be read is empty, never an error.
+    pub fn from_client(
+        request: UpstreamRequest,
+        session_id: Option<String>,
+        user: Option<&Value>,
+        additional_context: Option<&Value>,
+    ) -> Self {
+        let last_user = match &request.input {
             Input::Chat(messages) => messages
                 .iter()
                 .rev()
@@ -56,11 +61,12 @@ impl ChatTurn {
                 .map_or("", |m| m.content.as_str()),
             Input::Prompt { prompt, .. } => prompt.as_str(),
         };
-        EditorContext::from_request(
-            self.user.as_ref(),
-            self.additional_context.as_ref(),
-            last_user,
-        )
+        let editor = EditorContext::from_request(user, additional_context, last_user);
+        Self {
+            request,
+            session_id,
+            editor,
+        }
     }
 }
 
@@ -245,17 +251,18 @@ impl Pipeline {
         }
     }
 
+    /// The assistant's stages, each logging one line with its time and decision:
+    /// session → classify → reformulate and retrieve → assemble → generate.
     async fn run_assistant(
         &self,
         turn: ChatTurn,
         clock: Arc<UpstreamClock>,
     ) -> Result<EventStream, GatewayError> {
         let started = Instant::now();
-        let editor = turn.editor_context();
         let ChatTurn {
             mut request,
             session_id,
-            ..
+            editor,
         } = turn;
         let messages = client_messages(std::mem::replace(&mut request.input, Input::Chat(vec![])));
         let query = messages
@@ -264,15 +271,73 @@ impl Pipeline {
             .find(|m| m.role == Role::User)
             .map(|m| m.content.clone())
             .unwrap_or_default();
+        let (held, history) = self
+            .session(session_id.as_deref(), &messages, &editor)
+            .await;
+        let conversation: Vec<Message> = history
+            .iter()
+            .chain(messages.iter().take(messages.len().saturating_sub(1)))
+            .cloned()
+            .collect();
+        let (query_type, use_editor) = self.classify(&query, &conversation, &editor, &clock).await;
+        let hits = if query_type == QueryType::Conversational {
+            Vec::new()
+        } else {
+            let selection = use_editor.then_some(editor.selected_text.as_str());
+            self.retrieve(&query, query_type, &conversation, selection, &clock)
+                .await
+        };
+        // The window is the upstream's (asked once, then known).
+        let window = clock.time(self.window()).await;
+        let answer_tokens = request
+            .params
+            .max_tokens
+            .unwrap_or(self.config.answer_reserve_tokens) as usize;
+        let assembled = self.assemble(assemble::Request {
+            prompts: &self.config.prompts,
+            query_type,
+            use_editor,
+            editor: &editor,
+            hits: &hits,
+            history,
+            messages,
+            window_tokens: window,
+            answer_tokens,
+        });
+        request.model = self.config.upstream_model.clone();
+        request.input = Input::Chat(assembled);
+        if self.config.send_num_ctx && !request.params.extra_options.contains_key("num_ctx") {
+            request
+                .params
+                .extra_options
+                .insert("num_ctx".into(), Value::from(window));
+        }
+        let memory = match (held, &self.sessions) {
+            (Some(held), Some(sessions)) => Some(Memory {
+                sessions: sessions.clone(),
+                held: Some(held),
+                question: query,
+                answer: String::new(),
+            }),
+            _ => None,
+        };
+        self.generate(request, &hits, memory, clock, started).await
+    }
 
-        // Session: earlier turns of the same session finish first.
+    /// Session: waits for the session's earlier turns to finish and loads its history,
+    /// unless the client sent its own conversation (any assistant message): the stored
+    /// one is for clients that send only the new message.
+    async fn session(
+        &self,
+        session_id: Option<&str>,
+        messages: &[Message],
+        editor: &EditorContext,
+    ) -> (Option<Held>, Vec<Message>) {
         let t = Instant::now();
-        let held = match (&self.sessions, &session_id) {
+        let held = match (&self.sessions, session_id) {
             (Some(sessions), Some(id)) if !id.trim().is_empty() => Some(sessions.hold(id).await),
             _ => None,
         };
-        // A client that sends its own conversation keeps it; the stored one is for
-        // clients that send only the new message.
         let client_has_history = messages.iter().any(|m| m.role == Role::Assistant);
         let history: Vec<Message> = match &held {
             Some(h) if !client_has_history => h.history.iter().flat_map(Turn::messages).collect(),
@@ -292,18 +357,24 @@ impl Pipeline {
             "stage"
         );
         telemetry::stage("session", t.elapsed());
-        let conversation: Vec<Message> = history
-            .iter()
-            .chain(messages.iter().take(messages.len().saturating_sub(1)))
-            .cloned()
-            .collect();
+        (held, history)
+    }
 
+    /// Classify: the query's type, and whether it refers to the code in the editor
+    /// (only when there is code to refer to).
+    async fn classify(
+        &self,
+        query: &str,
+        conversation: &[Message],
+        editor: &EditorContext,
+        clock: &UpstreamClock,
+    ) -> (QueryType, bool) {
         let t = Instant::now();
         let decision = self
             .classifier
             .classify(&ClassifyInput {
-                query: &query,
-                history: &conversation,
+                query,
+                history: conversation,
                 selection: &editor.selected_text,
             })
             .await;
@@ -322,67 +393,64 @@ impl Pipeline {
             by = decision.by,
             "stage"
         );
+        (query_type, use_editor)
+    }
 
-        let mut hits: Vec<Scored> = Vec::new();
-        if query_type != QueryType::Conversational {
-            let t = Instant::now();
-            let selection = use_editor.then_some(editor.selected_text.as_str());
-            let search = self
-                .reformulator
-                .reformulate(&query, query_type, &conversation, selection)
-                .await;
-            tracing::info!(
-                stage = "reformulate",
-                ms = ms(t),
-                query_chars = query.chars().count(),
-                search_chars = search.query.chars().count(),
-                anchored = search.anchored,
-                by = search.by,
-                "stage"
-            );
-            if search.asked_model() {
-                clock.since(t);
+    /// Reformulate, then retrieve: the knowledge chunks for the search query; none (and
+    /// a warning) when retrieval fails.
+    async fn retrieve(
+        &self,
+        query: &str,
+        query_type: QueryType,
+        conversation: &[Message],
+        selection: Option<&str>,
+        clock: &UpstreamClock,
+    ) -> Vec<Scored> {
+        let t = Instant::now();
+        let search = self
+            .reformulator
+            .reformulate(query, query_type, conversation, selection)
+            .await;
+        tracing::info!(
+            stage = "reformulate",
+            ms = ms(t),
+            query_chars = query.chars().count(),
+            search_chars = search.query.chars().count(),
+            anchored = search.anchored,
+            by = search.by,
+            "stage"
+        );
+        if search.asked_model() {
+            clock.since(t);
+        }
+        telemetry::stage("reformulate", t.elapsed());
+        let t = Instant::now();
+        let found = self.retriever.find(&search.query).await;
+        telemetry::stage("retrieve", t.elapsed());
+        match found {
+            Ok(found) => {
+                tracing::info!(
+                    stage = "retrieve",
+                    ms = ms(t),
+                    lexical = found.lexical,
+                    dense = found.dense,
+                    fused = found.hits.len(),
+                    "stage"
+                );
+                found.hits
             }
-            telemetry::stage("reformulate", t.elapsed());
-            let t = Instant::now();
-            let found = self.retriever.find(&search.query).await;
-            telemetry::stage("retrieve", t.elapsed());
-            match found {
-                Ok(found) => {
-                    tracing::info!(
-                        stage = "retrieve",
-                        ms = ms(t),
-                        lexical = found.lexical,
-                        dense = found.dense,
-                        fused = found.hits.len(),
-                        "stage"
-                    );
-                    hits = found.hits;
-                }
-                Err(e) => {
-                    tracing::warn!(stage = "retrieve", ms = ms(t), error = %e, "retrieval failed: answering without knowledge")
-                }
+            Err(e) => {
+                tracing::warn!(stage = "retrieve", ms = ms(t), error = %e, "retrieval failed: answering without knowledge");
+                Vec::new()
             }
         }
+    }
 
-        // The window is the upstream's (asked once, then known).
-        let window = clock.time(self.window()).await;
+    /// Assemble: the messages the upstream model gets, within its window.
+    fn assemble(&self, request: assemble::Request<'_>) -> Vec<Message> {
         let t = Instant::now();
-        let answer_tokens = request
-            .params
-            .max_tokens
-            .unwrap_or(self.config.answer_reserve_tokens) as usize;
-        let assembled = assemble::assemble(assemble::Request {
-            prompts: &self.config.prompts,
-            query_type,
-            use_editor,
-            editor: &editor,
-            hits: &hits,
-            history,
-            messages,
-            window_tokens: window,
-            answer_tokens,
-        });
+        let window = request.window_tokens;
+        let assembled = assemble::assemble(request);
         let cut: Vec<&str> = assembled
             .sections
             .iter()
@@ -401,28 +469,23 @@ impl Pipeline {
             "stage"
         );
         telemetry::stage("assemble", t.elapsed());
+        assembled.messages
+    }
 
-        request.model = self.config.upstream_model.clone();
-        request.input = Input::Chat(assembled.messages);
-        if self.config.send_num_ctx && !request.params.extra_options.contains_key("num_ctx") {
-            request
-                .params
-                .extra_options
-                .insert("num_ctx".into(), Value::from(window));
-        }
+    /// Generate: the upstream's answer as events, with the sources first and the turn
+    /// saved to its session when the answer ends (or is cut off).
+    async fn generate(
+        &self,
+        request: UpstreamRequest,
+        hits: &[Scored],
+        memory: Option<Memory>,
+        clock: Arc<UpstreamClock>,
+        started: Instant,
+    ) -> Result<EventStream, GatewayError> {
         let prompt_estimate = estimate_tokens(&request.input);
         let sources: Vec<Source> = hits.iter().map(Source::of).collect();
         let chunks = clock.time(self.chat.stream(request)).await?;
         tracing::debug!(ms = ms(started), "upstream accepted the assistant turn");
-        let memory = match (held, &self.sessions) {
-            (Some(held), Some(sessions)) => Some(Memory {
-                sessions: sessions.clone(),
-                held: Some(held),
-                question: query,
-                answer: String::new(),
-            }),
-            _ => None,
-        };
         Ok(answer_events(
             chunks,
             self.upstream(clock),

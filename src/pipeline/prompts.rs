@@ -4,8 +4,6 @@
 //! Templates use `{name}` placeholders; `render` fills them in one pass, so text that
 //! arrives in a value (a user's message containing `{query}`, say) is never expanded.
 
-use std::path::Path;
-
 use crate::config::{AssistantSettings, SettingsError};
 
 #[derive(Debug, Clone)]
@@ -21,6 +19,7 @@ pub struct Prompts {
     pub conversational: String,
 }
 
+/// The templates compiled in, by file name, in the order of `Prompts`' fields.
 const BUILT_IN: [(&str, &str); 6] = [
     (
         "system.txt",
@@ -51,35 +50,42 @@ const BUILT_IN: [(&str, &str); 6] = [
 impl Prompts {
     /// The built-in templates.
     pub fn built_in() -> Self {
-        Self::from_fn(|name| Ok(built_in_text(name))).expect("built-in templates load")
+        let [system, classify, reformulate, retrieval, code_generation, conversational] =
+            BUILT_IN.map(|(_, text)| text.trim().to_string());
+        Self {
+            system,
+            classify,
+            reformulate,
+            retrieval,
+            code_generation,
+            conversational,
+        }
     }
 
     /// Built-in templates, replaced by the files found in `assistant.prompts_dir`, and the
     /// system prompt by `assistant.system_prompt_file` when set.
     pub fn load(settings: &AssistantSettings) -> Result<Self, SettingsError> {
-        let mut prompts = Self::from_fn(|name| template(settings, name, &built_in_text(name)))?;
-        let file = settings.system_prompt_file.trim();
-        if !file.is_empty() {
+        let read = |(name, text): (&str, &str)| template(settings, name, text);
+        let [system, classify, reformulate, retrieval, code_generation, conversational] = BUILT_IN;
+        let mut prompts = Self {
+            system: read(system)?,
+            classify: read(classify)?,
+            reformulate: read(reformulate)?,
+            retrieval: read(retrieval)?,
+            code_generation: read(code_generation)?,
+            conversational: read(conversational)?,
+        };
+        if let Some(file) = &settings.system_prompt_file {
             prompts.system = std::fs::read_to_string(file)
                 .map(|s| s.trim().to_string())
                 .map_err(|e| {
-                    SettingsError::new("assistant.system_prompt_file", format!("{file}: {e}"))
+                    SettingsError::new(
+                        "assistant.system_prompt_file",
+                        format!("{}: {e}", file.display()),
+                    )
                 })?;
         }
         Ok(prompts)
-    }
-
-    fn from_fn(
-        mut read: impl FnMut(&str) -> Result<String, SettingsError>,
-    ) -> Result<Self, SettingsError> {
-        Ok(Self {
-            system: read("system.txt")?,
-            classify: read("classify.txt")?,
-            reformulate: read("reformulate.txt")?,
-            retrieval: read("retrieval.txt")?,
-            code_generation: read("code_generation.txt")?,
-            conversational: read("conversational.txt")?,
-        })
     }
 }
 
@@ -90,17 +96,16 @@ pub fn template(
     name: &str,
     built_in: &str,
 ) -> Result<String, SettingsError> {
-    let dir = settings.prompts_dir.trim();
-    if dir.is_empty() {
+    let Some(dir) = &settings.prompts_dir else {
         return Ok(built_in.trim().to_string());
-    }
-    if !Path::new(dir).is_dir() {
+    };
+    if !dir.is_dir() {
         return Err(SettingsError::new(
             "assistant.prompts_dir",
-            format!("{dir} is not a folder"),
+            format!("{} is not a folder", dir.display()),
         ));
     }
-    let path = Path::new(dir).join(name);
+    let path = dir.join(name);
     match std::fs::read_to_string(&path) {
         Ok(text) => Ok(text.trim().to_string()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(built_in.trim().to_string()),
@@ -109,14 +114,6 @@ pub fn template(
             format!("{}: {e}", path.display()),
         )),
     }
-}
-
-fn built_in_text(name: &str) -> String {
-    BUILT_IN
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, text)| text.trim().to_string())
-        .expect("every template is built in")
 }
 
 /// Fills `{name}` placeholders in one pass; unknown placeholders stay as written.
@@ -180,8 +177,8 @@ mod tests {
         let settings = AssistantSettings {
             model: "brunix".into(),
             passthrough: false,
-            system_prompt_file: String::new(),
-            prompts_dir: dir.path().display().to_string(),
+            system_prompt_file: None,
+            prompts_dir: Some(dir.path().to_path_buf()),
             context_tokens: 8192,
             answer_reserve_tokens: 1024,
             cite_sources: false,

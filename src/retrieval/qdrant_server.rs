@@ -25,10 +25,10 @@ pub struct QdrantServerStore {
 }
 
 impl QdrantServerStore {
-    pub fn connect(url: &str, api_key: &str, collection: &str) -> anyhow::Result<Self> {
+    pub fn connect(url: &str, api_key: Option<&str>, collection: &str) -> anyhow::Result<Self> {
         let mut config = Qdrant::from_url(url).timeout(std::time::Duration::from_secs(30));
-        if !api_key.trim().is_empty() {
-            config = config.api_key(api_key.trim().to_string());
+        if let Some(key) = api_key {
+            config = config.api_key(key.to_string());
         }
         let client = config
             .build()

@@ -60,7 +60,7 @@ impl Limits {
     pub fn from_settings(s: &SessionSettings) -> Self {
         Self {
             max_turns: s.max_turns,
-            ttl: Duration::from_secs(s.ttl_secs),
+            ttl: s.ttl,
             max_sessions: s.max_sessions,
         }
     }
@@ -96,7 +96,7 @@ pub fn store_from_settings(
             )?)
         }
         SessionBackend::Redis => Arc::new(redis::RedisStore::new(
-            &settings.redis_url,
+            settings.redis_url.as_deref().unwrap_or_default(),
             &settings.redis_prefix,
             limits,
         )?),
@@ -135,7 +135,8 @@ impl Sessions {
     /// that cannot be read gives an empty history (logged): the answer still comes.
     pub async fn hold(&self, id: &str) -> Held {
         let lock = {
-            let mut locks = self.locks.lock().expect("session lock map");
+            // A panic elsewhere while it was held leaves the map as it was: keep using it.
+            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
             if locks.len() > 1024 {
                 locks.retain(|_, l| Arc::strong_count(l) > 1);
             }
@@ -229,5 +230,30 @@ pub(crate) mod contract {
             ttl: Duration::from_secs(3600),
             max_sessions: 3,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A panic while the lock map was held (in another request's task) poisons it; turns
+    /// of every session went on panicking after that, where they now go on working.
+    #[tokio::test]
+    async fn a_poisoned_lock_map_does_not_stop_later_turns() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            embedded::EmbeddedStore::open(&dir.path().join("s.redb"), contract::limits()).unwrap();
+        let sessions = Arc::new(Sessions::new(Arc::new(store), 3));
+        let poisoner = sessions.clone();
+        let _ = std::thread::spawn(move || {
+            let _held = poisoner.locks.lock().unwrap();
+            panic!("a panic while the map is held");
+        })
+        .join();
+        assert!(sessions.locks.is_poisoned());
+        let held = sessions.hold("after").await;
+        sessions.save(held, contract::turn(1)).await;
+        assert_eq!(sessions.hold("after").await.history.len(), 1);
     }
 }

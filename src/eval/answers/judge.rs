@@ -105,7 +105,7 @@ pub struct Judge {
 }
 
 impl Judge {
-    /// The judge of `[judge]`, falling back to `[llm]` where its keys are empty.
+    /// The judge of `[judge]`, falling back to `[llm]` where its keys are unset.
     pub fn from_settings(
         judge: &JudgeSettings,
         llm: &LlmSettings,
@@ -122,7 +122,7 @@ impl Judge {
             prompts: JudgePrompts::load(assistant)?,
             max_tokens: judge.max_tokens,
             json_mode: judge.json_mode,
-            timeout: Duration::from_secs(judge.timeout_secs),
+            timeout: judge.timeout,
             relevancy_questions: judge.relevancy_questions,
             calls: AtomicU64::new(0),
             malformed: AtomicU64::new(0),
@@ -387,8 +387,8 @@ mod tests {
         let settings = AssistantSettings {
             model: "brunix".into(),
             passthrough: false,
-            system_prompt_file: String::new(),
-            prompts_dir: String::new(),
+            system_prompt_file: None,
+            prompts_dir: None,
             context_tokens: 8192,
             answer_reserve_tokens: 1024,
             cite_sources: false,

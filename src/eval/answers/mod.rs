@@ -17,6 +17,7 @@ use std::time::Instant;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use crate::context::EditorContext;
 use crate::error::GatewayError;
 use crate::llm::{Embedder, GenParams, Input, Message, Role, UpstreamError, UpstreamRequest};
 use crate::pipeline::{ChatTurn, Pipeline, Source};
@@ -276,18 +277,14 @@ impl Evaluator<'_> {
 
     /// The pipeline's answer to one golden question, with the chunks it was given.
     async fn answer(&self, g: &Golden) -> Result<(String, Vec<Source>), EvalError> {
-        use base64::Engine;
-        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-        let mut user = serde_json::Map::new();
-        for (key, value) in [
-            ("selected_text", &g.selected_text),
-            ("editor_content", &g.editor_content),
-            ("extra_context", &g.extra_context),
-        ] {
-            if let Some(v) = value.as_deref().filter(|v| !v.is_empty()) {
-                user.insert(key.into(), b64(v).into());
-            }
-        }
+        let text = |v: &Option<String>| v.clone().unwrap_or_default();
+        let editor = EditorContext {
+            selected_text: text(&g.selected_text),
+            editor_content: text(&g.editor_content),
+            extra_context: text(&g.extra_context),
+            // Blocks in the question are read as an API request's would be.
+            ..EditorContext::from_request(None, None, &g.question)
+        };
         let turn = ChatTurn {
             request: UpstreamRequest {
                 model: self.pipeline.assistant_model().to_string(),
@@ -301,9 +298,7 @@ impl Evaluator<'_> {
                 tool_choice: None,
             },
             session_id: None,
-            user: (!user.is_empty())
-                .then(|| serde_json::Value::String(serde_json::Value::Object(user).to_string())),
-            additional_context: None,
+            editor,
         };
         let failed = |error| EvalError::Answer {
             id: g.id.clone(),
@@ -703,9 +698,8 @@ pub fn default_out_dir(data_dir: &Path) -> std::path::PathBuf {
 /// The name the evaluated knowledge index goes by: the Qdrant collection on a server,
 /// else the index folder.
 pub fn index_name(settings: &crate::config::Settings) -> String {
-    if settings.qdrant.url.trim().is_empty() {
-        crate::app::index_dir(settings).display().to_string()
-    } else {
-        settings.qdrant.collection.clone()
+    match &settings.qdrant.url {
+        None => settings.index_dir().display().to_string(),
+        Some(_) => settings.qdrant.collection.clone(),
     }
 }

@@ -1,0 +1,213 @@
+//! Request bodies: read within the size and time limits the settings give, parsed as one
+//! JSON object, every failure a 400 / 408 / 413 naming the field at fault, in the route's
+//! dialect (`Json` is the extractor the handlers take).
+
+use std::marker::PhantomData;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Request};
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+
+use super::dialect::{ApiError, Dialect};
+use super::AppState;
+use crate::config::ServerSettings;
+use crate::error::GatewayError;
+
+/// A JSON request body of type `T`, parsed with the limits of `server.*`; a body that
+/// cannot be read or parsed is refused with an error in dialect `D`'s shape.
+pub struct Json<T, D>(pub T, pub PhantomData<D>);
+
+impl<T, D> FromRequest<AppState> for Json<T, D>
+where
+    T: DeserializeOwned,
+    D: Dialect,
+{
+    type Rejection = ApiError<D>;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let bytes = read(&state.settings.server, req.into_body()).await?;
+        Ok(Self(parse_json(&bytes)?, PhantomData))
+    }
+}
+
+/// Reads a body, within `server.max_body_bytes` and `server.body_read_timeout_secs`.
+pub async fn read(server: &ServerSettings, body: Body) -> Result<Bytes, GatewayError> {
+    let limit = server.max_body_bytes;
+    let wait = server.body_read_timeout;
+    let read = axum::body::to_bytes(body, limit);
+    tokio::time::timeout(wait, read)
+        .await
+        .map_err(|_| GatewayError::request_timeout(wait.as_secs()))?
+        .map_err(|e| {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                GatewayError::payload_too_large(limit)
+            } else {
+                GatewayError::invalid("body", format!("could not read the request body: {e}"))
+            }
+        })
+}
+
+/// One JSON object of type `T`, and nothing after it. Errors name the field.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(GatewayError::invalid(
+            "body",
+            "the request body is empty; send a JSON object",
+        ));
+    }
+    // JSON is UTF-8 (RFC 8259); serde_json checks only the strings it keeps, so bytes in an
+    // ignored field would otherwise pass unseen.
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Err(GatewayError::invalid(
+            "body",
+            format!(
+                "the request body is not valid JSON: not UTF-8 at byte {}",
+                e.valid_up_to()
+            ),
+        ));
+    }
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|&b| b != b'{')
+        && serde_json::from_slice::<serde_json::Value>(bytes).is_ok()
+    {
+        return Err(GatewayError::invalid(
+            "body",
+            "the request body must be a JSON object",
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.inner();
+        if inner.is_syntax() || inner.is_eof() {
+            GatewayError::invalid(
+                "body",
+                format!("the request body is not valid JSON: {inner}"),
+            )
+        } else if path == "." {
+            GatewayError::invalid("body", format!("invalid request: {inner}"))
+        } else {
+            GatewayError::invalid(path.clone(), format!("invalid value for '{path}': {inner}"))
+        }
+    })?;
+    // Only whitespace may follow the object: `{…} garbage` or two objects is not a request.
+    de.end().map_err(|e| {
+        GatewayError::invalid("body", format!("the request body is not valid JSON: {e}"))
+    })?;
+    Ok(value)
+}
+
+/// One text of a request is at most `server.max_message_chars` characters long.
+pub fn check_length(
+    server: &ServerSettings,
+    field: &str,
+    chars: usize,
+) -> Result<(), GatewayError> {
+    if chars > server.max_message_chars {
+        return Err(GatewayError::invalid(
+            field,
+            format!(
+                "{field} has {chars} characters, more than the {} accepted (server.max_message_chars)",
+                server.max_message_chars
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// At most `max` `items` in `field`, as its setting `key` says.
+pub fn check_count(
+    field: &str,
+    items: &str,
+    count: usize,
+    (max, key): (usize, &str),
+) -> Result<(), GatewayError> {
+    if count > max {
+        return Err(GatewayError::invalid(
+            field,
+            format!("{count} {items} is more than the {max} accepted ({key})"),
+        ));
+    }
+    Ok(())
+}
+
+/// A string or a list of strings (OpenAI `stop`, embedding `input`).
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct T {
+        messages: Vec<M>,
+    }
+    #[derive(serde::Deserialize, Debug)]
+    #[allow(dead_code)]
+    struct M {
+        role: String,
+    }
+
+    #[test]
+    fn json_errors_name_the_field() {
+        let e = parse_json::<T>(br#"{"messages":[{"role":1}]}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].role"));
+        assert!(e.message.contains("messages[0].role"), "{}", e.message);
+        let e = parse_json::<T>(b"{nope").unwrap_err();
+        assert!(e.message.contains("not valid JSON"));
+        let e = parse_json::<T>(b"{}").unwrap_err();
+        assert!(e.message.contains("messages"), "{}", e.message);
+        let e = parse_json::<T>(b"").unwrap_err();
+        assert!(e.message.contains("empty"));
+    }
+
+    /// Found by the `openai_request` fuzz target: a valid object followed by anything
+    /// else was accepted as if the rest were not there.
+    #[test]
+    fn nothing_but_whitespace_may_follow_the_object() {
+        for body in [
+            &br#"{"messages":[{"role":"user"}]} {"messages":[]}"#[..],
+            br#"{"messages":[{"role":"user"}]}}"#,
+            br#"{"messages":[{"role":"user"}]}x"#,
+        ] {
+            let e = parse_json::<T>(body).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("body"));
+            assert!(e.message.contains("trailing characters"), "{}", e.message);
+        }
+        let ok = parse_json::<T>(b" {\"messages\":[{\"role\":\"user\"}]} \r\n\t").unwrap();
+        assert_eq!(ok.messages.len(), 1);
+    }
+
+    /// Found by both request fuzz targets: invalid UTF-8 in a field the gateway ignores
+    /// (an unknown key or its value) was accepted; in a field it reads it was refused.
+    #[test]
+    fn a_body_that_is_not_utf8_is_refused_wherever_the_bytes_are() {
+        for body in [
+            &b"{\"messages\":[{\"role\":\"user\",\"coltent\":\"W\xa1y\"}]}"[..],
+            b"{\"messages\":[{\"role\":\"user\",\"argument\x8b\":1}]}",
+            b"{\"messages\":[{\"role\":\"us\xffer\"}]}",
+        ] {
+            let e = parse_json::<T>(body).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("body"));
+            assert!(e.message.contains("not UTF-8 at byte"), "{}", e.message);
+        }
+    }
+}

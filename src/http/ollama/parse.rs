@@ -1,0 +1,216 @@
+//! Ollama request bodies (`/api/chat`, `/api/generate`) as the pipeline's input.
+//! Anything not listed is accepted and ignored; errors name the field (or the option).
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::render::{Kind, Ndjson};
+use crate::error::GatewayError;
+use crate::http::body::parse_json;
+use crate::http::chat::{Parsed, WireToolCall};
+use crate::llm::ollama::response_format_of;
+use crate::llm::{GenParams, Input, Message, Role, UpstreamRequest};
+use crate::pipeline::ChatTurn;
+
+/// Both endpoints' fields (no `flatten`, so that errors keep the field's path).
+/// Anything not listed is accepted and ignored.
+#[derive(Deserialize)]
+struct Request {
+    model: String,
+    /// Chat only.
+    #[serde(default)]
+    messages: Vec<InMessage>,
+    tools: Option<Vec<Value>>,
+    /// Generate only.
+    prompt: Option<String>,
+    suffix: Option<String>,
+    system: Option<String>,
+    #[serde(default)]
+    raw: bool,
+    #[serde(default)]
+    images: Vec<String>,
+    stream: Option<bool>,
+    options: Option<Map<String, Value>>,
+    format: Option<Value>,
+    keep_alive: Option<Value>,
+    think: Option<Value>,
+    session_id: Option<String>,
+    user: Option<Value>,
+    additional_context: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct InMessage {
+    role: String,
+    content: Option<String>,
+    #[serde(default)]
+    images: Option<Vec<String>>,
+    tool_calls: Option<Vec<WireToolCall>>,
+    tool_name: Option<String>,
+    tool_call_id: Option<String>,
+}
+
+impl Request {
+    /// Sampling parameters from `options` (type-checked, errors name the option).
+    fn params(&mut self) -> Result<GenParams, GatewayError> {
+        if self.model.trim().is_empty() {
+            return Err(GatewayError::invalid("model", "model is required"));
+        }
+        let mut o = self.options.take().unwrap_or_default();
+        let num_predict = take::<i64>(&mut o, "num_predict")?;
+        let stop = match o.remove("stop") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(s)) => vec![s],
+            Some(v) => serde_json::from_value::<Vec<String>>(v).map_err(|_| {
+                GatewayError::invalid(
+                    "options.stop",
+                    "options.stop must be a string or a list of strings",
+                )
+            })?,
+        };
+        Ok(GenParams {
+            max_tokens: num_predict
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|&n| n > 0),
+            temperature: take(&mut o, "temperature")?,
+            top_p: take(&mut o, "top_p")?,
+            stop,
+            seed: take(&mut o, "seed")?,
+            presence_penalty: take(&mut o, "presence_penalty")?,
+            frequency_penalty: take(&mut o, "frequency_penalty")?,
+            response_format: self.format.as_ref().and_then(response_format_of),
+            extra_options: o,
+            keep_alive: self.keep_alive.take(),
+            think: self.think.take(),
+        })
+    }
+}
+
+/// Removes one option, checking its type.
+fn take<T: serde::de::DeserializeOwned>(
+    o: &mut Map<String, Value>,
+    key: &str,
+) -> Result<Option<T>, GatewayError> {
+    match o.remove(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v).map(Some).map_err(|e| {
+            GatewayError::invalid(
+                format!("options.{key}"),
+                format!("invalid value for 'options.{key}': {e}"),
+            )
+        }),
+    }
+}
+
+fn message(i: usize, m: InMessage) -> Result<Message, GatewayError> {
+    let role = match m.role.as_str() {
+        "system" | "developer" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" => Role::Tool,
+        other => {
+            return Err(GatewayError::invalid(
+                format!("messages[{i}].role"),
+                format!(
+                "unknown role '{other}' in messages[{i}].role: use system, user, assistant or tool"
+            ),
+            ))
+        }
+    };
+    let mut out = Message::text(role, m.content.unwrap_or_default());
+    out.images = m.images.unwrap_or_default();
+    out.tool_calls = m
+        .tool_calls
+        .unwrap_or_default()
+        .into_iter()
+        .map(WireToolCall::into_tool_call)
+        .collect();
+    out.tool_name = m.tool_name;
+    out.tool_call_id = m.tool_call_id;
+    Ok(out)
+}
+
+/// An `/api/chat` body, once read, as the pipeline's input.
+pub fn chat(body: &[u8]) -> Result<Parsed<Ndjson>, GatewayError> {
+    let mut req = parse_json::<Request>(body)?;
+    let params = req.params()?;
+    let messages = std::mem::take(&mut req.messages)
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| message(i, m))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Ollama answers a chat without messages by loading the model.
+    let load = messages.is_empty();
+    let request = UpstreamRequest {
+        model: req.model,
+        input: Input::Chat(messages),
+        params,
+        tools: req.tools.unwrap_or_default(),
+        tool_choice: None,
+    };
+    Ok(parsed(
+        request,
+        req.session_id,
+        req.user,
+        req.additional_context,
+        req.stream,
+        load,
+        Kind::Chat,
+    ))
+}
+
+/// An `/api/generate` body, once read, as the pipeline's input.
+pub fn generate(body: &[u8]) -> Result<Parsed<Ndjson>, GatewayError> {
+    let mut req = parse_json::<Request>(body)?;
+    let params = req.params()?;
+    let prompt = req.prompt.unwrap_or_default();
+    // An empty prompt is Ollama's "load the model" request.
+    let load = prompt.is_empty() && req.images.is_empty();
+    let request = UpstreamRequest {
+        model: req.model,
+        input: Input::Prompt {
+            prompt,
+            suffix: req.suffix,
+            system: req.system,
+            raw: req.raw,
+            images: req.images,
+        },
+        params,
+        tools: Vec::new(),
+        tool_choice: None,
+    };
+    Ok(parsed(
+        request,
+        req.session_id,
+        req.user,
+        req.additional_context,
+        req.stream,
+        load,
+        Kind::Generate,
+    ))
+}
+
+/// The turn with the editor context read from the request; Ollama streams by default.
+fn parsed(
+    request: UpstreamRequest,
+    session_id: Option<String>,
+    user: Option<Value>,
+    additional_context: Option<Value>,
+    stream: Option<bool>,
+    load: bool,
+    kind: Kind,
+) -> Parsed<Ndjson> {
+    let render = Ndjson::new(kind, &request.model);
+    let turn = ChatTurn::from_client(
+        request,
+        session_id,
+        user.as_ref(),
+        additional_context.as_ref(),
+    );
+    Parsed {
+        turn,
+        stream: stream.unwrap_or(true),
+        load,
+        render,
+    }
+}

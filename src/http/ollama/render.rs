@@ -1,0 +1,133 @@
+//! The pipeline's events as Ollama renders them: NDJSON, one object a line (a text
+//! delta, tool calls, then a final line with `done_reason` and numeric stats), or that
+//! final object alone with the whole answer.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use crate::error::GatewayError;
+use crate::http::chat::{End, Render, Timing};
+use crate::http::dialect::{Dialect, Ollama};
+use crate::llm::{FinishReason, ToolCall, Usage};
+use crate::pipeline::{Answer, Source};
+
+/// The response field that carries text: `message` on chat, `response` on generate.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Chat,
+    Generate,
+}
+
+/// One answer's NDJSON rendering.
+pub struct Ndjson {
+    model: String,
+    kind: Kind,
+}
+
+impl Ndjson {
+    pub fn new(kind: Kind, model: &str) -> Self {
+        Self {
+            model: model.to_string(),
+            kind,
+        }
+    }
+
+    /// One response object: a text delta, tool calls, or (with `done`) the final line.
+    fn line(
+        &self,
+        text: &str,
+        tool_calls: Option<&[ToolCall]>,
+        done: Option<(FinishReason, Usage, Timing)>,
+    ) -> Value {
+        let mut v = json!({"model": self.model, "created_at": rfc3339_now()});
+        match self.kind {
+            Kind::Chat => {
+                v["message"] = json!({"role": "assistant", "content": text});
+                if let Some(calls) = tool_calls {
+                    v["message"]["tool_calls"] = tool_calls_json(calls);
+                }
+            }
+            Kind::Generate => v["response"] = json!(text),
+        }
+        v["done"] = json!(done.is_some());
+        if let Some((finish, usage, timing)) = done {
+            // Ollama reports tool calls with "stop".
+            v["done_reason"] = json!(match finish {
+                FinishReason::ToolCalls => "stop",
+                other => other.as_str(),
+            });
+            let now = Instant::now();
+            let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+            let first = timing.first_token.unwrap_or(now);
+            v["total_duration"] = json!(nanos(now - timing.started).max(1));
+            v["load_duration"] = json!(0);
+            v["prompt_eval_count"] = json!(usage.prompt_tokens);
+            v["prompt_eval_duration"] = json!(nanos(first - timing.started).max(1));
+            v["eval_count"] = json!(usage.completion_tokens);
+            v["eval_duration"] = json!(nanos(now - first).max(1));
+        }
+        v
+    }
+}
+
+impl Render for Ndjson {
+    const CONTENT_TYPE: &'static str = "application/x-ndjson";
+
+    fn delta(&mut self, text: &str) -> Bytes {
+        line_bytes(&self.line(text, None, None))
+    }
+
+    fn tool_calls(&mut self, calls: &[ToolCall]) -> Bytes {
+        line_bytes(&self.line("", Some(calls), None))
+    }
+
+    fn end(&mut self, end: End<'_>) -> Bytes {
+        let mut last = self.line("", None, Some((end.finish, end.usage, end.timing)));
+        with_sources(&mut last, end.sources);
+        line_bytes(&last)
+    }
+
+    fn error(&mut self, e: &GatewayError) -> Bytes {
+        line_bytes(&Ollama::error_body(e))
+    }
+
+    fn whole(&self, answer: &Answer, timing: Timing) -> Value {
+        let mut body = self.line(
+            &answer.text,
+            None,
+            Some((answer.finish, answer.usage, timing)),
+        );
+        if !answer.tool_calls.is_empty() {
+            body["message"]["tool_calls"] = tool_calls_json(&answer.tool_calls);
+        }
+        with_sources(&mut body, answer.sources.as_deref());
+        body
+    }
+}
+
+/// The assistant's sources ride on the final object (clients ignore fields they do not
+/// know).
+fn with_sources(line: &mut Value, sources: Option<&[Source]>) {
+    if let Some(sources) = sources {
+        line["sources"] = json!(sources);
+    }
+}
+
+fn tool_calls_json(calls: &[ToolCall]) -> Value {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| c.ollama_json(i))
+        .collect()
+}
+
+fn line_bytes(v: &Value) -> Bytes {
+    Bytes::from(format!("{v}\n"))
+}
+
+/// RFC 3339 with nanoseconds, for Ollama's `created_at`.
+fn rfc3339_now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}

@@ -1,0 +1,92 @@
+//! The OpenAI dialect, nested under `/v1`: chat and text completions (parsed in
+//! `parse`, rendered in `render`), models, embeddings and answer evaluation. Errors are
+//! `{"error":{"message","type","param","code"}}`.
+
+mod parse;
+mod render;
+
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use super::chat::{self, Endpoint, Parsed};
+use super::dialect::{self, ApiError, OpenAi};
+use super::{embeddings, eval, AppState};
+use crate::error::GatewayError;
+use crate::pipeline::ServedModel;
+
+pub use render::Sse;
+
+/// What this dialect's handlers return on failure.
+pub type Error = ApiError<OpenAi>;
+
+/// The routes under `/v1`, with this dialect's answers for unknown routes and methods.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/chat/completions", post(chat::handle::<ChatCompletions>))
+        .route("/completions", post(chat::handle::<Completions>))
+        .route("/models", get(list_models))
+        .route("/models/{*id}", get(get_model))
+        .route("/embeddings", post(embeddings::openai))
+        .route("/eval", post(eval::evaluate))
+        .fallback(dialect::not_found::<OpenAi>)
+        .method_not_allowed_fallback(dialect::method_not_allowed::<OpenAi>)
+}
+
+/// `POST /v1/chat/completions`.
+pub struct ChatCompletions;
+
+impl Endpoint for ChatCompletions {
+    type Dialect = OpenAi;
+    type Render = Sse;
+    const ROUTE: &'static str = "/v1/chat/completions";
+
+    fn parse(body: &[u8]) -> Result<Parsed<Sse>, GatewayError> {
+        parse::chat(body)
+    }
+}
+
+/// `POST /v1/completions`.
+pub struct Completions;
+
+impl Endpoint for Completions {
+    type Dialect = OpenAi;
+    type Render = Sse;
+    const ROUTE: &'static str = "/v1/completions";
+
+    fn parse(body: &[u8]) -> Result<Parsed<Sse>, GatewayError> {
+        parse::completion(body)
+    }
+}
+
+fn model_json(m: &ServedModel, started: i64) -> Value {
+    match m {
+        ServedModel::Assistant { name } => {
+            json!({"id": name, "object": "model", "created": started, "owned_by": "assist-gateway"})
+        }
+        ServedModel::Upstream(u) => {
+            json!({"id": u.id, "object": "model", "created": u.created, "owned_by": u.owned_by})
+        }
+    }
+}
+
+async fn list_models(State(state): State<AppState>) -> Json<Value> {
+    let started = state.started.timestamp();
+    let data: Vec<Value> = state
+        .pipeline
+        .models()
+        .await
+        .iter()
+        .map(|m| model_json(m, started))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+async fn get_model(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Error> {
+    let m = state.pipeline.model(&id).await?;
+    Ok(Json(model_json(&m, state.started.timestamp())))
+}

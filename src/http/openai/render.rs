@@ -1,0 +1,207 @@
+//! The pipeline's events as OpenAI renders them: SSE chunks (a role chunk, content
+//! chunks, one finish chunk, the usage chunk when asked, `[DONE]`) or one JSON body.
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use crate::error::GatewayError;
+use crate::http::chat::{End, Render, Timing};
+use crate::http::dialect::{Dialect, OpenAi};
+use crate::llm::{ToolCall, Usage};
+use crate::pipeline::Answer;
+
+/// Which of the two response families is being rendered.
+#[derive(Clone, Copy)]
+pub enum Kind {
+    /// `chat.completion` with `message` / `delta`.
+    Chat,
+    /// `text_completion` with `text`.
+    Text,
+}
+
+/// One answer's SSE rendering.
+pub struct Sse {
+    id: String,
+    created: i64,
+    model: String,
+    kind: Kind,
+    include_usage: bool,
+    /// Tool calls sent so far (each gets the next index).
+    tool_index: usize,
+}
+
+impl Sse {
+    pub fn new(kind: Kind, model: &str, include_usage: bool) -> Self {
+        let id = match kind {
+            Kind::Chat => format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
+            Kind::Text => format!("cmpl-{}", uuid::Uuid::new_v4().simple()),
+        };
+        Self {
+            id,
+            created: chrono::Utc::now().timestamp(),
+            model: model.to_string(),
+            kind,
+            include_usage,
+            tool_index: 0,
+        }
+    }
+
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.kind, chunk) {
+            (Kind::Chat, true) => "chat.completion.chunk",
+            (Kind::Chat, false) => "chat.completion",
+            (Kind::Text, _) => "text_completion",
+        }
+    }
+
+    /// One SSE event carrying one choice update.
+    fn chunk(&self, update: Value, finish: Option<&str>) -> Bytes {
+        frame(&self.chunk_json(update, finish))
+    }
+
+    fn chunk_json(&self, update: Value, finish: Option<&str>) -> Value {
+        let mut choice = json!({"index": 0, "finish_reason": finish});
+        match self.kind {
+            Kind::Chat => choice["delta"] = update,
+            Kind::Text => choice["text"] = update,
+        }
+        choice["logprobs"] = Value::Null;
+        let mut chunk = json!({
+            "id": self.id,
+            "object": self.object(true),
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+        });
+        if self.include_usage {
+            chunk["usage"] = Value::Null;
+        }
+        chunk
+    }
+
+    fn usage_chunk(&self, usage: Usage) -> Value {
+        json!({
+            "id": self.id,
+            "object": self.object(true),
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": usage_json(usage),
+        })
+    }
+}
+
+impl Render for Sse {
+    const CONTENT_TYPE: &'static str = "text/event-stream";
+
+    fn opening(&mut self) -> Option<Bytes> {
+        match self.kind {
+            Kind::Chat => Some(self.chunk(json!({"role": "assistant", "content": ""}), None)),
+            Kind::Text => None,
+        }
+    }
+
+    fn delta(&mut self, text: &str) -> Bytes {
+        match self.kind {
+            Kind::Chat => self.chunk(json!({"content": text}), None),
+            Kind::Text => self.chunk(json!(text), None),
+        }
+    }
+
+    /// Each call as two chunks: its name, then its arguments.
+    fn tool_calls(&mut self, calls: &[ToolCall]) -> Bytes {
+        let mut out = Vec::new();
+        for call in calls {
+            let index = self.tool_index;
+            self.tool_index += 1;
+            out.extend_from_slice(&self.chunk(
+                json!({"tool_calls": [{"index": index, "id": call.id, "type": "function",
+                    "function": {"name": call.name, "arguments": ""}}]}),
+                None,
+            ));
+            out.extend_from_slice(&self.chunk(
+                json!({"tool_calls": [{"index": index,
+                    "function": {"arguments": call.arguments_text()}}]}),
+                None,
+            ));
+        }
+        Bytes::from(out)
+    }
+
+    fn end(&mut self, end: End<'_>) -> Bytes {
+        let finish = end.finish.as_str();
+        let mut last = match self.kind {
+            Kind::Chat => self.chunk_json(json!({}), Some(finish)),
+            Kind::Text => self.chunk_json(json!(""), Some(finish)),
+        };
+        let mut out = Vec::new();
+        if self.include_usage {
+            out.extend_from_slice(&frame(&last));
+            last = self.usage_chunk(end.usage);
+        }
+        // The assistant's sources ride on the last chunk (clients ignore fields they do
+        // not know).
+        if let Some(sources) = end.sources {
+            last["sources"] = json!(sources);
+        }
+        out.extend_from_slice(&frame(&last));
+        out.extend_from_slice(b"data: [DONE]\n\n");
+        Bytes::from(out)
+    }
+
+    fn error(&mut self, e: &GatewayError) -> Bytes {
+        frame(&OpenAi::error_body(e))
+    }
+
+    fn whole(&self, answer: &Answer, _timing: Timing) -> Value {
+        let mut choice =
+            json!({"index": 0, "finish_reason": answer.finish.as_str(), "logprobs": null});
+        match self.kind {
+            Kind::Chat => {
+                let mut message = json!({
+                    "role": "assistant",
+                    "content": if answer.text.is_empty() && !answer.tool_calls.is_empty() {
+                        Value::Null
+                    } else {
+                        json!(answer.text)
+                    },
+                });
+                if !answer.tool_calls.is_empty() {
+                    message["tool_calls"] = answer
+                        .tool_calls
+                        .iter()
+                        .map(ToolCall::openai_json)
+                        .collect();
+                }
+                choice["message"] = message;
+            }
+            Kind::Text => choice["text"] = json!(answer.text),
+        }
+        let mut body = json!({
+            "id": self.id,
+            "object": self.object(false),
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": usage_json(answer.usage),
+            "system_fingerprint": null,
+        });
+        if let Some(sources) = &answer.sources {
+            body["sources"] = json!(sources);
+        }
+        body
+    }
+}
+
+fn usage_json(u: Usage) -> Value {
+    json!({
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+    })
+}
+
+/// `data: <json>` and the blank line that ends the event.
+fn frame(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}

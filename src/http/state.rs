@@ -1,0 +1,44 @@
+//! What every request handler shares.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::config::Settings;
+use crate::llm::Embedder;
+use crate::pipeline::Pipeline;
+use crate::retrieval::hybrid::Retriever;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub settings: Arc<Settings>,
+    pub pipeline: Arc<Pipeline>,
+    pub retriever: Arc<Retriever>,
+    /// The knowledge base's embedder, also served by the embedding endpoints.
+    pub embedder: Option<Arc<dyn Embedder>>,
+    pub started: chrono::DateTime<chrono::Utc>,
+    /// Set while `POST /v1/eval` runs an evaluation (one at a time).
+    pub eval_running: Arc<AtomicBool>,
+}
+
+impl AppState {
+    pub fn new(
+        settings: Settings,
+        pipeline: Pipeline,
+        retriever: Arc<Retriever>,
+        embedder: Option<Arc<dyn Embedder>>,
+    ) -> Self {
+        Self {
+            settings: Arc::new(settings),
+            pipeline: Arc::new(pipeline),
+            retriever,
+            embedder,
+            started: chrono::Utc::now(),
+            eval_running: Arc::default(),
+        }
+    }
+
+    pub fn started_rfc3339(&self) -> String {
+        self.started
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    }
+}
