@@ -1,13 +1,11 @@
 //! Access: keys, per-key rate limits and stream limits, TLS, and input hardening
 //! (`n`, slow headers, slow bodies).
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use assist_gateway::config::Provider;
 use serde_json::{json, Value};
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn chat(stream: bool) -> Value {
@@ -312,8 +310,8 @@ async fn read_to_close(tcp: &mut tokio::net::TcpStream) -> String {
 async fn slow_clients_cannot_hold_connections() {
     let up = ScriptedUpstream::start().await;
     let gw = Gateway::start(&up, Provider::Ollama, |s| {
-        s.server.header_read_timeout_secs = 1;
-        s.server.body_read_timeout_secs = 1;
+        s.server.header_read_timeout = std::time::Duration::from_secs(1);
+        s.server.body_read_timeout = std::time::Duration::from_secs(1);
     })
     .await;
 
@@ -402,8 +400,8 @@ async fn tls_serves_http1_and_http2_streams() {
     });
     let tls = self_signed("gateway.test");
     let gw = Gateway::start(&up, Provider::Ollama, |s| {
-        s.server.tls_cert = tls.cert.display().to_string();
-        s.server.tls_key = tls.key.display().to_string();
+        s.server.tls_cert = Some(tls.cert.clone());
+        s.server.tls_key = Some(tls.key.clone());
         s.server.api_keys = vec!["sk-tls".into()];
     })
     .await;
@@ -437,9 +435,9 @@ async fn tls_serves_http1_and_http2_streams() {
     assert!(plain.is_err(), "plain HTTP answered: {plain:?}");
     // A client that never starts the handshake is closed after the header deadline.
     let gw_fast = Gateway::start(&up, Provider::Ollama, |s| {
-        s.server.tls_cert = tls.cert.display().to_string();
-        s.server.tls_key = tls.key.display().to_string();
-        s.server.header_read_timeout_secs = 1;
+        s.server.tls_cert = Some(tls.cert.clone());
+        s.server.tls_key = Some(tls.key.clone());
+        s.server.header_read_timeout = std::time::Duration::from_secs(1);
     })
     .await;
     let mut silent = tokio::net::TcpStream::connect(gw_fast.addr).await.unwrap();
@@ -456,8 +454,8 @@ async fn tls_shutdown_lets_open_streams_finish() {
     });
     let tls = self_signed("gateway.test");
     let gw = Gateway::start(&up, Provider::Ollama, |s| {
-        s.server.tls_cert = tls.cert.display().to_string();
-        s.server.tls_key = tls.key.display().to_string();
+        s.server.tls_cert = Some(tls.cert.clone());
+        s.server.tls_key = Some(tls.key.clone());
     })
     .await;
     let c = tls_client(&tls, &gw, false);
@@ -491,23 +489,23 @@ fn bad_certificates_and_keys_are_refused_naming_the_setting() {
     let other = self_signed("other.test");
     let mut settings = assist_gateway::config::Settings::load_without_env(None).unwrap();
     let server = &mut settings.server;
-    server.tls_cert = tls.cert.display().to_string();
-    server.tls_key = tls.key.display().to_string();
-    assert!(assist_gateway::http::tls::acceptor(server)
+    server.tls_cert = Some(tls.cert.clone());
+    server.tls_key = Some(tls.key.clone());
+    assert!(assist_gateway::http::tls_acceptor(server)
         .unwrap()
         .is_some());
 
-    server.tls_key = other.key.display().to_string();
-    let e = assist_gateway::http::tls::acceptor(server).err().unwrap();
+    server.tls_key = Some(other.key.clone());
+    let e = assist_gateway::http::tls_acceptor(server).err().unwrap();
     assert_eq!(e.key, "server.tls_key", "{e}");
 
-    server.tls_key = tls.key.display().to_string();
-    server.tls_cert = tls.key.display().to_string();
-    let e = assist_gateway::http::tls::acceptor(server).err().unwrap();
+    server.tls_key = Some(tls.key.clone());
+    server.tls_cert = Some(tls.key.clone());
+    let e = assist_gateway::http::tls_acceptor(server).err().unwrap();
     assert_eq!(e.key, "server.tls_cert", "{e}");
 
-    server.tls_cert = tls.cert.display().to_string();
-    server.tls_key = tls.cert.display().to_string();
-    let e = assist_gateway::http::tls::acceptor(server).err().unwrap();
+    server.tls_cert = Some(tls.cert.clone());
+    server.tls_key = Some(tls.cert.clone());
+    let e = assist_gateway::http::tls_acceptor(server).err().unwrap();
     assert_eq!(e.key, "server.tls_key", "{e}");
 }

@@ -1,12 +1,10 @@
 //! Property: whatever JSON a client posts to a chat or embedding endpoint, the gateway
 //! answers 2xx, or 4xx in the dialect's error shape; never a 5xx it caused, never a hang.
 
-mod support;
-
+use crate::support::*;
 use assist_gateway::config::{EmbeddingProvider, Provider};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
-use support::*;
 
 const FIELDS: &[&str] = &[
     "model",

@@ -2,14 +2,12 @@
 //! tantivy, the embedded session store, and the scripted upstream, whose recorded
 //! requests show exactly what the model was given.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use assist_gateway::config::{ClassifierMode, Provider, ReformulatorMode};
 use base64::Engine;
 use serde_json::{json, Value};
-use support::*;
 
 const SELECTION: &str = "try {\n    let user = ormSelectOne(\"users\", {\"id\": id})\n} catch (e: NotFound) {\n    addResult(404, {\"error\": \"no such user\"})\n}";
 const OPEN_FILE: &str = "/// GET /users/{id}\nasync fn get_user(req: Request) -> Response {\n    let id = req.param(\"id\")\n    if id == null { return status(400) }\n    let user = ormSelectOne(\"users\", {\"id\": id})\n    return status(200, user)\n}\n";
@@ -213,7 +211,7 @@ async fn a_failed_reformulation_searches_the_question_as_asked() {
     let up = ScriptedUpstream::start().await;
     let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
         s.reformulator.mode = ReformulatorMode::Llm;
-        s.reformulator.timeout_ms = 300;
+        s.reformulator.timeout = std::time::Duration::from_millis(300);
     })
     .await;
     up.push(Reply::HangBeforeHeaders(Duration::from_secs(2)));

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 #[test]
 fn rules_classifier_accuracy() {
-    let set = include_str!("classifier_set.jsonl");
+    let set = include_str!("../classifier_set.jsonl");
     let classifier = RulesClassifier;
     let mut per_class: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     let (mut type_ok, mut flag_ok, mut total) = (0, 0, 0);

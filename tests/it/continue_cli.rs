@@ -3,12 +3,10 @@
 //! `provider: ollama`. `scripts/test.sh` installs it (scripts/node-env.sh) and sets
 //! ASSIST_CN; without it this test says it was skipped, and in CI it must run.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use assist_gateway::config::Provider;
-use support::*;
 
 async fn run_cn(cn: &str, config: &str, prompt: &str) -> (bool, String, String) {
     let home = tempfile::tempdir().unwrap();

@@ -1,12 +1,10 @@
 //! The embedding endpoints of both dialects, served by the configured embedder (here
 //! Ollama's /api/embed on the scripted upstream, whose vectors are letter counts).
 
-mod support;
-
+use crate::support::*;
 use assist_gateway::config::{EmbeddingProvider, Provider};
 use base64::Engine;
 use serde_json::{json, Value};
-use support::*;
 
 async fn gateway(up: &ScriptedUpstream) -> Gateway {
     Gateway::start(up, Provider::Ollama, |s| {

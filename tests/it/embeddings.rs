@@ -1,11 +1,9 @@
 //! Embedders: the local BERT model must behave like all-MiniLM-L6-v2 does, and the HTTP
 //! embedders must speak Ollama's and OpenAI's embedding formats.
 
-mod support;
-
+use crate::support::*;
 use assist_gateway::config::{EmbeddingProvider, Settings};
 use assist_gateway::llm::{embedder_from_settings, Embedder};
-use support::*;
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
@@ -29,7 +27,7 @@ fn minilm() -> Option<String> {
 fn local(path: &str) -> std::sync::Arc<dyn Embedder> {
     let mut s = Settings::load_without_env(None).unwrap();
     s.embeddings.provider = EmbeddingProvider::Local;
-    s.embeddings.path = path.to_string();
+    s.embeddings.path = Some(path.to_string().into());
     s.embeddings.batch_size = 4;
     embedder_from_settings(&s.embeddings, &s.llm)
         .unwrap()
@@ -88,10 +86,10 @@ async fn http_embedders_keep_order_across_batches() {
         let up = ScriptedUpstream::start().await;
         let mut s = Settings::load_without_env(None).unwrap();
         s.embeddings.provider = provider;
-        s.embeddings.base_url = match provider {
+        s.embeddings.base_url = Some(match provider {
             EmbeddingProvider::Openai => format!("{}/v1", up.root()),
             _ => up.root(),
-        };
+        });
         s.embeddings.batch_size = 2;
         let e = embedder_from_settings(&s.embeddings, &s.llm)
             .unwrap()
@@ -117,7 +115,7 @@ async fn embedder_errors_name_the_server() {
     drop(closed);
     let mut s = Settings::load_without_env(None).unwrap();
     s.embeddings.provider = EmbeddingProvider::Ollama;
-    s.embeddings.base_url = url.clone();
+    s.embeddings.base_url = Some(url.clone());
     let e = embedder_from_settings(&s.embeddings, &s.llm)
         .unwrap()
         .unwrap();

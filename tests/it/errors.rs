@@ -1,12 +1,10 @@
 //! Every error path, in each dialect's own shape and status, and upstream faults.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use assist_gateway::config::Provider;
 use serde_json::{json, Value};
-use support::*;
 
 const PROVIDERS: [Provider; 2] = [Provider::Ollama, Provider::Openai];
 
@@ -35,7 +33,7 @@ async fn bad_requests_are_400_naming_the_field() {
     let up = ScriptedUpstream::start().await;
     let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
     let chat = gw.url("/v1/chat/completions");
-    let cases: Vec<(support::Payload, &str)> = vec![
+    let cases: Vec<(crate::support::Payload, &str)> = vec![
         ("{not json".into(), "body"),
         ("".into(), "body"),
         (json!({"model": "brunix"}).into(), "messages"),
@@ -64,7 +62,7 @@ async fn bad_requests_are_400_naming_the_field() {
         );
         assert_eq!(e["type"], "invalid_request_error");
     }
-    let cases: Vec<(support::Payload, &str)> = vec![
+    let cases: Vec<(crate::support::Payload, &str)> = vec![
         ("{not json".into(), "JSON"),
         (json!({"messages": []}).into(), "model"),
         (json!({"model": "brunix", "messages": [{"role": "user", "content": ["a"]}]}).into(), "messages[0].content"),
@@ -190,7 +188,7 @@ async fn upstream_silence_before_headers_times_out_with_504() {
     let up = ScriptedUpstream::start().await;
     up.push(Reply::HangBeforeHeaders(Duration::from_secs(30)));
     let gw = Gateway::start(&up, Provider::Ollama, |s| {
-        s.llm.first_byte_timeout_secs = 1;
+        s.llm.first_byte_timeout = std::time::Duration::from_secs(1);
         s.llm.retries = 0;
     })
     .await;
@@ -365,7 +363,10 @@ async fn odd_bodies_never_crash_the_gateway() {
 async fn an_upstream_silent_mid_answer_ends_with_a_timeout_event_and_keeps_the_partial_turn() {
     for provider in PROVIDERS {
         let up = ScriptedUpstream::start().await;
-        let gw = Gateway::start(&up, provider, |s| s.llm.idle_timeout_secs = 1).await;
+        let gw = Gateway::start(&up, provider, |s| {
+            s.llm.idle_timeout = std::time::Duration::from_secs(1)
+        })
+        .await;
         // Two tokens reach the client, then the upstream goes silent past the idle timeout.
         up.push(Reply::StallAfter(
             vec!["par".into(), "tial".into()],
@@ -446,8 +447,8 @@ async fn no_first_token_within_the_first_token_timeout_ends_the_answer() {
         // Headers at once, then a long silence before the first token (a slow prompt).
         // The idle timeout between tokens is long: the first token has its own bound.
         let gw = Gateway::start(&up, provider, |s| {
-            s.llm.first_byte_timeout_secs = 1;
-            s.llm.idle_timeout_secs = 60;
+            s.llm.first_byte_timeout = std::time::Duration::from_secs(1);
+            s.llm.idle_timeout = std::time::Duration::from_secs(60);
         })
         .await;
         up.push(Reply::Tokens {

@@ -4,15 +4,13 @@
 //! statements → their verdicts → questions written back → same-question verdicts →
 //! context recall → context precision.
 
-mod support;
-
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::*;
 use assist_gateway::config::{EmbeddingProvider, Provider, Settings};
 use assist_gateway::eval::answers::{self, judge::Judge, EvalResponse, Evaluator, Golden};
 use serde_json::{json, Value};
-use support::*;
 
 fn knowledge() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/knowledge")
@@ -31,11 +29,11 @@ async fn settings(
     s.llm.provider = Provider::Ollama;
     s.llm.base_url = answer.root();
     s.llm.model = UPSTREAM_MODEL.into();
-    s.llm.first_byte_timeout_secs = 5;
+    s.llm.first_byte_timeout = std::time::Duration::from_secs(5);
     s.judge.provider = Provider::Ollama;
-    s.judge.base_url = judge.root();
-    s.judge.model = UPSTREAM_MODEL.into();
-    s.judge.timeout_secs = 10;
+    s.judge.base_url = Some(judge.root());
+    s.judge.model = Some(UPSTREAM_MODEL.into());
+    s.judge.timeout = std::time::Duration::from_secs(10);
     s.retrieval.top_k = 3;
     tweak(&mut s);
     s.validate().unwrap();
@@ -409,7 +407,7 @@ async fn answer_relevancy_uses_the_embedder_when_there_is_one() {
     let judge = ScriptedUpstream::start().await;
     let (_data, s) = settings(&up, &judge, |s| {
         s.embeddings.provider = EmbeddingProvider::Ollama;
-        s.embeddings.base_url = up.root();
+        s.embeddings.base_url = Some(up.root());
         s.judge.relevancy_questions = 2;
     })
     .await;
@@ -440,7 +438,7 @@ async fn answer_relevancy_uses_the_embedder_when_there_is_one() {
 fn one_of_each(s: &mut Settings, dataset: &Path) {
     s.retrieval.top_k = 1;
     s.judge.relevancy_questions = 1;
-    s.eval.dataset = dataset.display().to_string();
+    s.eval.dataset = Some(dataset.to_path_buf());
 }
 
 const FITS_ALL: &str =
@@ -469,8 +467,8 @@ async fn post_v1_eval_returns_the_reference_shape() {
     let dataset = write_dataset(dir.path());
     let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
         one_of_each(s, &dataset);
-        s.judge.base_url = judge.root();
-        s.judge.model = UPSTREAM_MODEL.into();
+        s.judge.base_url = Some(judge.root());
+        s.judge.model = Some(UPSTREAM_MODEL.into());
     })
     .await;
     let (status, _, body) = post(&gw.url("/v1/eval"), json!({"category": "database"})).await;
@@ -538,8 +536,8 @@ async fn post_v1_eval_needs_a_key_and_a_dataset() {
     let dataset = write_dataset(dir.path());
     let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
         one_of_each(s, &dataset);
-        s.judge.base_url = judge.root();
-        s.judge.model = UPSTREAM_MODEL.into();
+        s.judge.base_url = Some(judge.root());
+        s.judge.model = Some(UPSTREAM_MODEL.into());
         s.server.api_keys = vec!["k1".into()];
     })
     .await;
@@ -589,8 +587,8 @@ async fn a_second_evaluation_while_one_runs_gets_409() {
     let dataset = write_dataset(dir.path());
     let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
         one_of_each(s, &dataset);
-        s.judge.base_url = judge.root();
-        s.judge.model = UPSTREAM_MODEL.into();
+        s.judge.base_url = Some(judge.root());
+        s.judge.model = Some(UPSTREAM_MODEL.into());
     })
     .await;
     let url = gw.url("/v1/eval");
@@ -792,7 +790,7 @@ async fn the_command_prints_the_table_and_writes_json_and_html() {
             s.data_dir.display().to_string(),
             s.llm.base_url,
             UPSTREAM_MODEL,
-            s.judge.base_url,
+            s.judge.base_url.as_deref().unwrap(),
             UPSTREAM_MODEL
         ),
     )
@@ -874,7 +872,7 @@ async fn a_refused_judgement_is_missing_but_a_dead_judge_stops_the_run() {
 
     // A judge that is not there at all ends the evaluation with an error.
     let mut s = s.clone();
-    s.judge.base_url = "http://127.0.0.1:9".into();
+    s.judge.base_url = Some("http://127.0.0.1:9".into());
     let parts = assist_gateway::app::pipeline(&s, false).unwrap();
     let j = Judge::from_settings(&s.judge, &s.llm, &s.assistant, None).unwrap();
     let evaluator = Evaluator {

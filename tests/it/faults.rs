@@ -2,13 +2,11 @@
 //! (`llm.retries`, `llm.fallbacks`, `llm.cooldown_*`, `llm.max_answer_secs`,
 //! `llm.max_chunk_bytes`), seen from the client of each dialect.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use assist_gateway::config::{FallbackSettings, Provider, Settings};
 use serde_json::{json, Value};
-use support::*;
 
 const PROVIDERS: [Provider; 2] = [Provider::Ollama, Provider::Openai];
 const FALLBACK_MODEL: &str = "fallback-model:7b";
@@ -134,14 +132,14 @@ fn fallback(up: &ScriptedUpstream, provider: Provider) -> FallbackSettings {
         provider,
         base_url: base_url(up, provider),
         model: FALLBACK_MODEL.into(),
-        api_key: String::new(),
+        api_key: None,
     }
 }
 
 /// Short waits between retries, so that the tests stay quick.
 fn quick(s: &mut Settings) {
-    s.llm.retry_base_ms = 5;
-    s.llm.retry_max_ms = 50;
+    s.llm.retry_base = std::time::Duration::from_millis(5);
+    s.llm.retry_max = std::time::Duration::from_millis(50);
 }
 
 /// An address nothing listens on.
@@ -217,7 +215,7 @@ async fn silence_before_headers_is_retried_then_falls_back() {
         let fb = fallback(&backup, provider);
         let gw = Gateway::start(&primary, provider, |s| {
             quick(s);
-            s.llm.first_byte_timeout_secs = 1;
+            s.llm.first_byte_timeout = std::time::Duration::from_secs(1);
             s.llm.retries = 1;
             s.llm.fallbacks = vec![fb];
         })
@@ -330,8 +328,8 @@ async fn retry_after_is_honoured() {
     // Backoff alone would wait a random time up to 10 minutes: only an honoured
     // Retry-After of 0 lets the retry happen while the client waits.
     let gw = Gateway::start(&primary, Provider::Ollama, |s| {
-        s.llm.retry_base_ms = 600_000;
-        s.llm.retry_max_ms = 600_000;
+        s.llm.retry_base = std::time::Duration::from_millis(600_000);
+        s.llm.retry_max = std::time::Duration::from_millis(600_000);
         s.llm.fallbacks = vec![fb];
     })
     .await;
@@ -367,8 +365,8 @@ async fn retry_after_is_honoured() {
 
     // … and with no upstream left, the client gets the 429 right away.
     let gw = Gateway::start(&primary, Provider::Ollama, |s| {
-        s.llm.retry_base_ms = 600_000;
-        s.llm.retry_max_ms = 600_000;
+        s.llm.retry_base = std::time::Duration::from_millis(600_000);
+        s.llm.retry_max = std::time::Duration::from_millis(600_000);
     })
     .await;
     primary.push(Reply::RetryAfter {
@@ -469,7 +467,10 @@ async fn failures_after_the_first_token_are_not_retried_but_before_it_they_are()
 async fn a_never_ending_stream_is_ended_by_max_answer_secs() {
     for provider in PROVIDERS {
         let up = ScriptedUpstream::start().await;
-        let gw = Gateway::start(&up, provider, |s| s.llm.max_answer_secs = 1).await;
+        let gw = Gateway::start(&up, provider, |s| {
+            s.llm.max_answer = std::time::Duration::from_secs(1)
+        })
+        .await;
         up.set_default(Reply::Endless(Duration::from_millis(20)));
         let mut ended = 0;
         for path in ["/v1/chat/completions", "/api/chat"] {
@@ -578,7 +579,7 @@ async fn a_failing_upstream_cools_down_and_is_used_again_afterwards() {
         quick(s);
         s.llm.retries = 0;
         s.llm.cooldown_failures = 3;
-        s.llm.cooldown_secs = 1;
+        s.llm.cooldown = std::time::Duration::from_secs(1);
         s.llm.fallbacks = vec![fb];
     })
     .await;
@@ -627,7 +628,7 @@ async fn when_every_upstream_is_cooling_down_they_are_still_tried() {
         quick(s);
         s.llm.retries = 0;
         s.llm.cooldown_failures = 1;
-        s.llm.cooldown_secs = 600;
+        s.llm.cooldown = std::time::Duration::from_secs(600);
         s.llm.fallbacks = vec![fb];
     })
     .await;

@@ -2,10 +2,9 @@
 //! in temporary folders: the vector store contract, incremental ingestion, hybrid
 //! retrieval, and BM25 carrying on alone when the embedder is down.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 
+use crate::support::*;
 use assist_gateway::app::{open_knowledge, retriever};
 use assist_gateway::config::{EmbeddingProvider, Settings};
 use assist_gateway::ingest::{chunk::ChunkConfig, DenseSink, Ingestor, Quiet};
@@ -13,7 +12,6 @@ use assist_gateway::retrieval::edge::EdgeStore;
 use assist_gateway::retrieval::hybrid::{DenseState, Mode};
 use assist_gateway::retrieval::qdrant_server::QdrantServerStore;
 use assist_gateway::retrieval::{DocType, KnowledgeChunk, VectorPoint, VectorStore};
-use support::*;
 
 fn chunk(id: &str, file: &str, doc_type: DocType, text: &str) -> KnowledgeChunk {
     KnowledgeChunk {
@@ -162,10 +160,11 @@ async fn qdrant_server_store_contract() {
     let Some(server) = QdrantTestServer::start() else {
         return;
     };
-    let store = QdrantServerStore::connect(&server.url, "", "contract").unwrap();
+    let store = QdrantServerStore::connect(&server.url, None, "contract").unwrap();
     let url = server.url.clone();
     store_contract(Box::new(store), || async move {
-        Box::new(QdrantServerStore::connect(&url, "", "contract").unwrap()) as Box<dyn VectorStore>
+        Box::new(QdrantServerStore::connect(&url, None, "contract").unwrap())
+            as Box<dyn VectorStore>
     })
     .await;
 }
@@ -175,9 +174,9 @@ fn settings_with_embedder(data: &Path, embed_url: &str) -> Settings {
     let mut s = Settings::load_without_env(None).unwrap();
     s.data_dir = data.to_path_buf();
     s.embeddings.provider = EmbeddingProvider::Ollama;
-    s.embeddings.base_url = embed_url.to_string();
+    s.embeddings.base_url = Some(embed_url.to_string());
     s.embeddings.languages = vec!["en".into(), "es".into()];
-    s.llm.connect_timeout_secs = 1;
+    s.llm.connect_timeout = std::time::Duration::from_secs(1);
     s
 }
 
@@ -391,7 +390,7 @@ async fn rebuild_swaps_in_a_fresh_index_and_a_failed_one_changes_nothing() {
         .await
         .unwrap();
     assert_eq!(s.chunks_total, 1);
-    let index = assist_gateway::app::index_dir(&settings);
+    let index = settings.index_dir();
     {
         let r = retriever(&settings, open_knowledge(&settings, &index, false).unwrap());
         assert!(r.search("alpha", Mode::Lexical).await.unwrap().is_empty());

@@ -1,38 +1,14 @@
 //! What the gateway writes to its log: sizes, flags and decisions, never a key, a
 //! question, an answer, editor content or file contents.
 //!
-//! This binary installs one log subscriber for the whole process that records every
-//! event of the gateway's own code at every level, so it holds this one test.
-
-mod support;
-
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+//! The gateway runs as the real binary (`Spawned`), logging every event of its own code
+//! at every level, as JSON for a collector; the test reads what it wrote to stderr.
 
 use assist_gateway::config::Provider;
 use base64::Engine;
 use serde_json::{json, Value};
-use support::*;
 
-/// Every log line written, as the gateway formats it for a collector (JSON).
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
+use crate::support::*;
 
 const GATEWAY_KEY: &str = "gw-key-SECRET-7731";
 const WRONG_KEY: &str = "gw-key-WRONG-5512";
@@ -57,19 +33,17 @@ async fn send(url: &str, key: &str, body: Value) -> (u16, String) {
 
 #[tokio::test]
 async fn logs_hold_sizes_and_flags_never_keys_or_content() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter("assist_gateway=trace")
-        .with_writer(move || writer.clone())
-        .init();
-
     let up = ScriptedUpstream::start().await;
-    let gw = Gateway::with_knowledge(&up, Provider::Openai, |s| {
-        s.server.api_keys = vec![GATEWAY_KEY.to_string()];
-        s.llm.api_key = UPSTREAM_KEY.to_string();
-    })
+    let gw = Spawned::start_with_env(
+        &up,
+        Provider::Openai,
+        true,
+        |s| {
+            s.server.api_keys = vec![GATEWAY_KEY.to_string()];
+            s.llm.api_key = Some(UPSTREAM_KEY.to_string());
+        },
+        &[("RUST_LOG", "assist_gateway=trace")],
+    )
     .await;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let user = json!({
@@ -135,9 +109,7 @@ async fn logs_hold_sizes_and_flags_never_keys_or_content() {
     )
     .await;
     assert_eq!(status, 400);
-    drop(gw);
-
-    let log = captured.text();
+    let log = gw.stop();
     let probe = user_b64_probe();
     // The log did record these requests: the stages with their decisions and sizes.
     assert!(log.contains("\"editor\":\"EDITOR\""), "{log}");

@@ -1,18 +1,14 @@
 //! `/metrics` (Prometheus text) and `/ready` (each dependency's state).
 //!
-//! The metrics recorder is global to the process and every gateway in this binary records
-//! into it, so the tests here run one at a time (`SERIAL`) and assert on the difference
-//! between two scrapes.
-
-mod support;
+//! The metrics recorder is global to a process, so each gateway here is the real binary
+//! in a process of its own (`Spawned`), and the tests assert on the difference between
+//! two of its scrapes.
 
 use std::time::Duration;
 
+use crate::support::*;
 use assist_gateway::config::{ClassifierMode, EmbeddingProvider, Provider, ReformulatorMode};
 use serde_json::{json, Value};
-use support::*;
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const CHAT: &str = "/v1/chat/completions";
 const QUESTION: &str = "How do I register an endpoint in Brisa?";
@@ -130,7 +126,7 @@ fn the_parser_reads_labels_with_escapes() {
     assert!(!s.has("a_total", &[("x", "2")]));
 }
 
-async fn scrape_with(gw: &Gateway, key: Option<&str>) -> Scrape {
+async fn scrape_with(gw: &Spawned, key: Option<&str>) -> Scrape {
     let mut rb = client().get(gw.url("/metrics"));
     if let Some(k) = key {
         rb = rb.bearer_auth(k);
@@ -142,7 +138,7 @@ async fn scrape_with(gw: &Gateway, key: Option<&str>) -> Scrape {
     Scrape::parse(&r.text().await.unwrap())
 }
 
-async fn scrape(gw: &Gateway) -> Scrape {
+async fn scrape(gw: &Spawned) -> Scrape {
     scrape_with(gw, None).await
 }
 
@@ -157,10 +153,9 @@ fn user(text: &str) -> Value {
 
 #[tokio::test]
 async fn chat_requests_in_both_dialects_are_counted() {
-    let _serial = SERIAL.lock().await;
     let up = ScriptedUpstream::start().await;
     let asst = "brunix-counted";
-    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
+    let gw = Spawned::with_knowledge(&up, Provider::Ollama, |s| {
         s.assistant.model = asst.into();
         s.assistant.passthrough = true;
     })
@@ -344,9 +339,8 @@ async fn chat_requests_in_both_dialects_are_counted() {
 
 #[tokio::test]
 async fn a_stream_counts_as_active_while_it_streams() {
-    let _serial = SERIAL.lock().await;
     let up = ScriptedUpstream::start().await;
-    let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
+    let gw = Spawned::start(&up, Provider::Ollama, |_| {}).await;
     let active = |s: &Scrape| s.sum("assist_streams_active", &[]);
     let idle = active(&scrape(&gw).await);
     up.push(Reply::Tokens {
@@ -377,11 +371,10 @@ async fn a_stream_counts_as_active_while_it_streams() {
 
 #[tokio::test]
 async fn upstream_errors_are_counted_by_kind() {
-    let _serial = SERIAL.lock().await;
     let up = ScriptedUpstream::start().await;
-    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+    let gw = Spawned::start(&up, Provider::Ollama, |s| {
         s.assistant.passthrough = true;
-        s.llm.first_byte_timeout_secs = 1;
+        s.llm.first_byte_timeout = std::time::Duration::from_secs(1);
         // One attempt each: this counts how requests end, not the retries.
         s.llm.retries = 0;
     })
@@ -418,30 +411,52 @@ async fn upstream_errors_are_counted_by_kind() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let gone = Gateway::start(&up, Provider::Ollama, |s| s.llm.base_url = dead.clone()).await;
+    // (Another gateway: its own process, so its own metrics.)
+    let gone = Spawned::start(&up, Provider::Ollama, |s| s.llm.base_url = dead.clone()).await;
+    let gone_before = scrape(&gone).await;
     let (status, _, _) = post(
         &gone.url(CHAT),
         json!({"model": "brunix", "messages": user("hi")}),
     )
     .await;
     assert_eq!(status, 502);
+    let gone_after = scrape(&gone).await;
 
     let after = scrape(&gw).await;
     let d = |name: &str, labels: &[(&str, &str)]| delta(&before, &after, name, labels);
-    for kind in [
-        "status_5xx",
-        "status_4xx",
-        "timeout",
-        "closed",
-        "protocol",
-        "stream",
-        "unreachable",
+    let gone_d =
+        |name: &str, labels: &[(&str, &str)]| delta(&gone_before, &gone_after, name, labels);
+    for (kind, n) in [
+        (
+            "status_5xx",
+            d("assist_upstream_errors_total", &[("kind", "status_5xx")]),
+        ),
+        (
+            "status_4xx",
+            d("assist_upstream_errors_total", &[("kind", "status_4xx")]),
+        ),
+        (
+            "timeout",
+            d("assist_upstream_errors_total", &[("kind", "timeout")]),
+        ),
+        (
+            "closed",
+            d("assist_upstream_errors_total", &[("kind", "closed")]),
+        ),
+        (
+            "protocol",
+            d("assist_upstream_errors_total", &[("kind", "protocol")]),
+        ),
+        (
+            "stream",
+            d("assist_upstream_errors_total", &[("kind", "stream")]),
+        ),
+        (
+            "unreachable",
+            gone_d("assist_upstream_errors_total", &[("kind", "unreachable")]),
+        ),
     ] {
-        assert_eq!(
-            d("assist_upstream_errors_total", &[("kind", kind)]),
-            1.0,
-            "{kind}"
-        );
+        assert_eq!(n, 1.0, "{kind}");
     }
     let by_status = |status: &str| {
         d(
@@ -462,7 +477,7 @@ async fn upstream_errors_are_counted_by_kind() {
         "streams that failed after their headers"
     );
     assert_eq!(
-        d(
+        gone_d(
             "assist_requests_total",
             &[("route", CHAT), ("model", "brunix"), ("status", "502")]
         ),
@@ -477,10 +492,9 @@ async fn upstream_errors_are_counted_by_kind() {
 
 #[tokio::test]
 async fn gateway_overhead_leaves_out_every_upstream_wait() {
-    let _serial = SERIAL.lock().await;
     let up = ScriptedUpstream::start().await;
     let asst = "brunix-overhead";
-    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
+    let gw = Spawned::with_knowledge(&up, Provider::Ollama, |s| {
         s.assistant.model = asst.into();
         s.classifier.mode = ClassifierMode::Llm;
         s.reformulator.mode = ReformulatorMode::Llm;
@@ -543,9 +557,8 @@ async fn gateway_overhead_leaves_out_every_upstream_wait() {
 
 #[tokio::test]
 async fn metrics_need_a_key_when_keys_are_set() {
-    let _serial = SERIAL.lock().await;
     let up = ScriptedUpstream::start().await;
-    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+    let gw = Spawned::start(&up, Provider::Ollama, |s| {
         s.server.api_keys = vec!["sk-scrape".into()]
     })
     .await;
@@ -575,11 +588,10 @@ async fn metrics_need_a_key_when_keys_are_set() {
 
 #[tokio::test]
 async fn ready_reports_each_dependency() {
-    let _serial = SERIAL.lock().await;
     let up = ScriptedUpstream::start().await;
-    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
+    let gw = Spawned::with_knowledge(&up, Provider::Ollama, |s| {
         s.embeddings.provider = EmbeddingProvider::Ollama;
-        s.embeddings.base_url = up.root();
+        s.embeddings.base_url = Some(up.root());
         s.embeddings.languages = vec!["en".into(), "es".into()];
     })
     .await;
@@ -657,7 +669,7 @@ async fn ready_reports_each_dependency() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let gone = Gateway::start(&up, Provider::Ollama, |s| s.llm.base_url = dead.clone()).await;
+    let gone = Spawned::start(&up, Provider::Ollama, |s| s.llm.base_url = dead.clone()).await;
     let (status, v) = get_json(&gone.url("/ready")).await;
     assert_eq!(status, 503, "{v}");
     assert_eq!(v["status"], "down");

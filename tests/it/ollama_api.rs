@@ -1,10 +1,8 @@
 //! The Ollama dialect against both upstream providers: what an Ollama client sees.
 
-mod support;
-
+use crate::support::*;
 use assist_gateway::config::Provider;
 use serde_json::{json, Value};
-use support::*;
 
 const PROVIDERS: [Provider; 2] = [Provider::Ollama, Provider::Openai];
 

@@ -1,12 +1,10 @@
 //! Health, readiness, request ids, keys, routing errors and graceful shutdown.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use assist_gateway::config::Provider;
 use serde_json::{json, Value};
-use support::*;
 
 #[tokio::test]
 async fn health_and_readiness() {
@@ -43,7 +41,7 @@ async fn health_and_readiness() {
         .port();
     let gw = Gateway::start(&up, Provider::Ollama, |s| {
         s.sessions.backend = assist_gateway::config::SessionBackend::Redis;
-        s.sessions.redis_url = format!("redis://127.0.0.1:{port}");
+        s.sessions.redis_url = Some(format!("redis://127.0.0.1:{port}"));
     })
     .await;
     let (status, v) = get_json(&gw.url("/ready")).await;
@@ -156,7 +154,7 @@ async fn api_keys_guard_every_route_but_health() {
 async fn upstream_key_is_sent_to_the_upstream() {
     let up = ScriptedUpstream::start().await;
     let gw = Gateway::start(&up, Provider::Openai, |s| {
-        s.llm.api_key = "upstream-secret".into()
+        s.llm.api_key = Some("upstream-secret".into())
     })
     .await;
     let (status, _, _) = post(

@@ -3,10 +3,8 @@
 //! `scripts/test.sh` creates the pinned virtualenv and sets ASSIST_PYTHON. Run through
 //! plain `cargo test` without it, this test says it was skipped; in CI it must run.
 
-mod support;
-
+use crate::support::*;
 use assist_gateway::config::Provider;
-use support::*;
 
 #[tokio::test]
 async fn openai_and_ollama_python_clients() {
@@ -26,7 +24,7 @@ async fn openai_and_ollama_python_clients() {
             s.assistant.passthrough = true;
             // Embeddings served from the scripted upstream (letter-count vectors).
             s.embeddings.provider = assist_gateway::config::EmbeddingProvider::Ollama;
-            s.embeddings.base_url = up.root();
+            s.embeddings.base_url = Some(up.root());
             s.embeddings.model = "nomic-embed-text".into();
         })
         .await;

@@ -7,15 +7,13 @@
 //! ASSIST_MODEL_GGUF and ASSIST_TEST_MINILM; without them this test says it was skipped,
 //! and in CI it must run.
 
-mod support;
-
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::*;
 use assist_gateway::config::{EmbeddingProvider, Provider};
 use serde_json::{json, Value};
-use support::*;
 
 const MODEL: &str = "smollm2";
 
@@ -146,11 +144,11 @@ async fn a_real_model_answers_through_the_pipeline() {
     let gw = Gateway::with_knowledge(&up, Provider::Openai, |s| {
         s.llm.base_url = format!("{proxy}/v1");
         s.llm.model = MODEL.into();
-        s.llm.first_byte_timeout_secs = 60;
+        s.llm.first_byte_timeout = std::time::Duration::from_secs(60);
         s.assistant.passthrough = true;
         s.assistant.context_tokens = 2048;
         s.embeddings.provider = EmbeddingProvider::Local;
-        s.embeddings.path = minilm.clone();
+        s.embeddings.path = Some(minilm.clone().into());
     })
     .await;
     let url = gw.url("/v1/chat/completions");

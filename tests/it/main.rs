@@ -1,0 +1,33 @@
+//! The integration tests, in one binary (one link of the gateway, not one per area): the
+//! real router on 127.0.0.1 against a scripted upstream that speaks the real wire formats
+//! (`support`), real tantivy, the real embedding model, real clients and a real model.
+//! Tests that need a process of their own (the metrics recorder, the log) run the real
+//! binary as a child process (`support::Spawned`).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
+
+mod support;
+
+mod access;
+mod any_body;
+mod assistant;
+mod classifier;
+mod continue_cli;
+mod embedding_endpoints;
+mod embeddings;
+mod errors;
+mod eval_answers;
+mod faults;
+mod fuzz_corpus;
+mod knowledge;
+mod logs;
+mod metrics;
+mod ollama_api;
+mod openai_api;
+mod operations;
+mod python_clients;
+mod real_model;
