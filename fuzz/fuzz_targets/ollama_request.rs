@@ -1,11 +1,7 @@
 //! `POST /api/chat` and `POST /api/generate`: any body bytes.
 #![no_main]
 
-mod common;
+#[path = "../targets.rs"]
+mod targets;
 
-use assist_gateway::http::fuzzing::ChatRoute;
-
-libfuzzer_sys::fuzz_target!(|body: &[u8]| {
-    common::check(ChatRoute::OllamaChat, body);
-    common::check(ChatRoute::OllamaGenerate, body);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::ollama_request(data));

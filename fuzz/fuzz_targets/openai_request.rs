@@ -1,11 +1,7 @@
 //! `POST /v1/chat/completions` and `POST /v1/completions`: any body bytes.
 #![no_main]
 
-mod common;
+#[path = "../targets.rs"]
+mod targets;
 
-use assist_gateway::http::fuzzing::ChatRoute;
-
-libfuzzer_sys::fuzz_target!(|body: &[u8]| {
-    common::check(ChatRoute::OpenAiChat, body);
-    common::check(ChatRoute::OpenAiCompletions, body);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::openai_request(data));
