@@ -4,7 +4,7 @@
 # examples/knowledge ingested (BM25 + all-MiniLM-L6-v2 in process). Prints each set's
 # summary table; the JSON and HTML reports go to OUT (default data/eval-baseline/).
 #
-#   bench/eval-baseline.sh [--limit N]     (N questions per set; default: all)
+#   benches/eval-baseline.sh [--limit N]     (N questions per set; default: all)
 #
 # MODEL_THREADS (default: every core) and MODEL_PORT (default 8091) set up the model server.
 # Slow: on 2 cores a question takes a minute or two (one answer and about 8 judge calls).

@@ -13,8 +13,14 @@
 //!
 //! Environment: BENCH_REQUESTS (requests per scenario, default 2000), BENCH_TOKENS
 //! (tokens per answer, default 20).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 mod common;

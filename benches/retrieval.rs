@@ -8,6 +8,12 @@
 //!
 //! Environment: BENCH_CHUNKS (comma-separated sizes, default "10000,100000"),
 //! BENCH_QUERIES (default 300).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -133,7 +139,7 @@ async fn bench() {
     // The retriever needs an embedder to search vectors, but the queries' vectors are
     // given here, so this one is never called.
     settings.embeddings.provider = EmbeddingProvider::Ollama;
-    settings.embeddings.base_url = "http://127.0.0.1:9".into();
+    settings.embeddings.base_url = Some("http://127.0.0.1:9".into());
     let top_n = settings.retrieval.candidates;
     println!("retrieval benchmark: {} cores, {DIM}-dim vectors, {queries} queries, {top_n} candidates per list",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0));

@@ -1,12 +1,12 @@
-//! Side-by-side benchmark against LiteLLM: `bench/run.sh` (or `cargo bench --bench
-//! side_by_side` once `bench/requirements.txt` is installed).
+//! Side-by-side benchmark against LiteLLM: `benches/side-by-side.sh` (or `cargo bench --bench
+//! side_by_side` once `benches/litellm/requirements.txt` is installed).
 //!
 //! One scripted upstream (in this process, OpenAI SSE byte for byte) and the same client
 //! load against four targets, one after the other, each started just before its turn and
 //! stopped after it:
 //!
 //! * `direct`: the scripted upstream itself (the baseline every "added" figure subtracts);
-//! * `litellm`: LiteLLM proxy (`litellm --config bench/litellm.yaml`), pass-through
+//! * `litellm`: LiteLLM proxy (`litellm --config benches/litellm/config.yaml`), pass-through
 //!   `openai/up-model:latest` to the upstream, no database, logging off;
 //! * `gateway-passthrough`: the release gateway forwarding `up-model:latest` unchanged;
 //! * `gateway-brunix`: the release gateway running the assistant pipeline (rules
@@ -31,8 +31,14 @@
 //! BENCH_LITELLM [~/.cache/assist-gateway/bench-venv/bin/litellm] the proxy's executable;
 //! BENCH_LITELLM_WORKERS [number of cores] its worker processes;
 //! BENCH_GATEWAY_LOG [warn] the gateway's log level (LiteLLM's logging is off too).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 mod common;
@@ -492,7 +498,7 @@ async fn start_litellm(upstream: &ScriptedUpstream, knobs: &Knobs) -> Target {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     assert!(
         knobs.litellm.exists(),
-        "no LiteLLM at {}: run bench/run.sh (it installs bench/requirements.txt), or set BENCH_LITELLM",
+        "no LiteLLM at {}: run benches/side-by-side.sh (it installs benches/litellm/requirements.txt), or set BENCH_LITELLM",
         knobs.litellm.display()
     );
     let port = free_port();
@@ -500,14 +506,14 @@ async fn start_litellm(upstream: &ScriptedUpstream, knobs: &Knobs) -> Target {
     let log = dir.path().join("litellm.log");
     let mut cmd = Command::new(&knobs.litellm);
     cmd.args(["--config"])
-        .arg(here.join("bench/litellm.yaml"))
+        .arg(here.join("benches/litellm/config.yaml"))
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args(["--num_workers", &knobs.litellm_workers.to_string()])
         // uvicorn kills a worker that does not answer its health check within 5 s, and a
         // worker needs longer than that to import LiteLLM on a busy 2-core machine.
         .args(["--timeout_worker_healthcheck", "120"])
         .args(["--log_config"])
-        .arg(here.join("bench/litellm-log.json"))
+        .arg(here.join("benches/litellm/log.json"))
         .current_dir(dir.path())
         .env("BENCH_UPSTREAM_BASE", format!("{}/v1", upstream.root()))
         // Local model-cost map: nothing is fetched from the internet at start-up.

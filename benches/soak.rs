@@ -23,8 +23,14 @@
 //! [0.5] (share of requests that are session turns), BENCH_SOAK_TURNS [5] (most turns per
 //! session), BENCH_SOAK_TOKENS [20], BENCH_SOAK_TOKEN_DELAY_MS [1] (upstream pace),
 //! BENCH_SOAK_LOG [info] (the gateway's log level), BENCH_SOAK_SEED [1].
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 mod common;

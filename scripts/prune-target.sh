@@ -5,8 +5,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$here/target}"
-names=(assist_gateway libassist_gateway)
-for f in "$here"/tests/*.rs "$here"/benches/*.rs "$here"/fuzz/fuzz_targets/*.rs; do
+names=(assist_gateway libassist_gateway it)
+for f in "$here"/benches/*.rs "$here"/fuzz/fuzz_targets/*.rs; do
   names+=("$(basename "$f" .rs)")
 done
 # Host builds (PROFILE/deps) and target-triple builds (the fuzz targets: TRIPLE/PROFILE/deps).

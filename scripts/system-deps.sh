@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # System packages the tests use, from Debian's archive: redis-server (the Redis session
-# store is tested against a real server) and g++ (libFuzzer, built for the fuzz targets).
+# store is tested against a real server) and g++ (llama.cpp's server, compiled by pip, and
+# libFuzzer for fuzzing campaigns).
 # Installs what is missing when it can (root or sudo); otherwise says what to install.
 # Idempotent and quiet when all is present.
 set -euo pipefail

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command: unit and integration tests (real router on 127.0.0.1
-# against a scripted upstream, real tantivy, the real embedding model) and the real
-# Python clients (openai, ollama, litellm, httpx), the continue CLI, a real model
-# (llama.cpp's server with SmolLM2-135M) end to end, and the Redis session store against a
-# real redis-server. Everything is installed once under ~/.cache/assist-gateway.
+# against a scripted upstream, real tantivy, the real embedding model, the fuzz corpus
+# replayed) and the real Python clients (openai, ollama, litellm, httpx), the continue CLI,
+# a real model (llama.cpp's server with SmolLM2-135M) end to end, and the Redis session
+# store against a real redis-server. Everything is installed once under
+# ~/.cache/assist-gateway.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/system-deps.sh
@@ -19,11 +20,6 @@ ASSIST_MODEL_PYTHON="$(sed -n 1p <<<"$model_env")"
 ASSIST_MODEL_GGUF="$(sed -n 2p <<<"$model_env")"
 ASSIST_CN="$(./scripts/node-env.sh)"
 export ASSIST_MODEL_PYTHON ASSIST_MODEL_GGUF ASSIST_CN
+# One integration-test binary (tests/it); it also replays every fuzz corpus and crash input
+# of fuzz/ through the fuzz targets' own checks (fuzzing campaigns: scripts/fuzz.sh).
 cargo test --release --locked "$@"
-# A short bounded fuzz run of the request parsers and the `user` field (README "Fuzzing");
-# ASSIST_FUZZ_BUDGET sets it per target (`30s`, or a number of runs; `0` skips). Only the
-# whole suite runs it, not a run narrowed by arguments.
-fuzz_budget="${ASSIST_FUZZ_BUDGET:-30s}"
-if [ $# -eq 0 ] && [ "$fuzz_budget" != 0 ]; then
-  ./scripts/fuzz.sh "$fuzz_budget"
-fi
