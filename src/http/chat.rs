@@ -13,6 +13,7 @@ use axum::body::Body;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
 use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::Value;
@@ -26,14 +27,8 @@ use crate::llm::{FinishReason, Input, ToolCall, Usage};
 use crate::pipeline::{collect, Answer, ChatTurn, Event, EventStream, Source};
 use crate::telemetry::{self, UpstreamClock};
 
-/// One chat endpoint: its dialect, how a body becomes a turn, how the answer is rendered.
-pub trait Endpoint: 'static {
-    type Dialect: Dialect;
-    type Render: Render;
-    /// The route, for logs and metric labels.
-    const ROUTE: &'static str;
-    fn parse(body: &[u8]) -> Result<Parsed<Self::Render>, GatewayError>;
-}
+/// How one endpoint's body becomes a turn: the dialect's parser.
+pub type Parse<R> = fn(&[u8]) -> Result<Parsed<R>, GatewayError>;
 
 /// A parsed chat request.
 pub struct Parsed<R> {
@@ -80,26 +75,29 @@ pub trait Render: Send + 'static {
     fn whole(&self, answer: &Answer, timing: Timing) -> Value;
 }
 
-/// The handler of endpoint `E`.
-pub async fn handle<E: Endpoint>(
-    State(state): State<AppState>,
-    gate: Option<Extension<StreamGate>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let log = ChatLog::new(&headers, E::Dialect::NAME, E::ROUTE);
-    let parsed = body::read(&state.settings.server, body)
-        .await
-        .and_then(|b| E::parse(&b));
-    match answer::<E::Render>(&state, gate.map(|Extension(g)| g), log, parsed).await {
-        Ok(response) => response,
-        Err((mut log, e)) => {
-            log.failed(&e, false);
-            let mut response = ApiError::<E::Dialect>::from(e).into_response();
-            ChatLog::mark(&mut response);
-            response
-        }
-    }
+/// `POST` on a chat endpoint of dialect `D`, whose bodies `parse` reads and whose
+/// answers `R` renders; `route` names it in logs and metrics.
+pub fn post<D: Dialect, R: Render>(route: &'static str, parse: Parse<R>) -> MethodRouter<AppState> {
+    axum::routing::post(
+        move |State(state): State<AppState>,
+              gate: Option<Extension<StreamGate>>,
+              headers: HeaderMap,
+              body: Body| async move {
+            let log = ChatLog::new(&headers, D::NAME, route);
+            let parsed = body::read(&state.settings.server, body)
+                .await
+                .and_then(|b| parse(&b));
+            match answer(&state, gate.map(|Extension(g)| g), log, parsed).await {
+                Ok(response) => response,
+                Err((mut log, e)) => {
+                    log.failed(&e, false);
+                    let mut response = ApiError::<D>::from(e).into_response();
+                    ChatLog::mark(&mut response);
+                    response
+                }
+            }
+        },
+    )
 }
 
 type Failed = (ChatLog, GatewayError);
@@ -411,7 +409,12 @@ struct WireFunction {
 }
 
 impl WireToolCall {
-    pub fn into_tool_call(self) -> ToolCall {
-        ToolCall::from_wire(self.id, self.function.name, self.function.arguments)
+    /// A message's `tool_calls`, when it has any.
+    pub fn calls(calls: Option<Vec<WireToolCall>>) -> Vec<ToolCall> {
+        calls
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| ToolCall::from_wire(c.id, c.function.name, c.function.arguments))
+            .collect()
     }
 }

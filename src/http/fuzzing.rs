@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::Value;
 
-use super::chat::{self, Endpoint, Parsed};
+use super::chat::{self, Parsed};
 use super::dialect::{ApiError, Dialect};
 use super::{ollama, openai};
 use crate::config::ServerSettings;
@@ -59,10 +59,10 @@ pub fn parse_chat_request(
     server: &ServerSettings,
 ) -> Result<ParsedRequest, GatewayError> {
     let parsed = match route {
-        ChatRoute::OpenAiChat => openai::ChatCompletions::parse(body).map(parsed),
-        ChatRoute::OpenAiCompletions => openai::Completions::parse(body).map(parsed),
-        ChatRoute::OllamaChat => ollama::Chat::parse(body).map(parsed),
-        ChatRoute::OllamaGenerate => ollama::Generate::parse(body).map(parsed),
+        ChatRoute::OpenAiChat => openai::parse_chat(body).map(parsed),
+        ChatRoute::OpenAiCompletions => openai::parse_completion(body).map(parsed),
+        ChatRoute::OllamaChat => ollama::parse_chat(body).map(parsed),
+        ChatRoute::OllamaGenerate => ollama::parse_generate(body).map(parsed),
     }?;
     if !parsed.load {
         chat::check_limits(server, &parsed.turn)?;

@@ -686,3 +686,54 @@ async fn ready_reports_each_dependency() {
         .unwrap()
         .contains("ingest"));
 }
+
+/// Embedding requests get their log line and their metrics like every route but chat
+/// (they used to be marked as logged by a chat log they never had, and got neither).
+#[tokio::test]
+async fn embedding_requests_are_logged_and_counted() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Spawned::start(&up, Provider::Ollama, |s| {
+        s.embeddings.provider = EmbeddingProvider::Ollama;
+    })
+    .await;
+    let model = gw.settings.embeddings.model.clone();
+    let before = scrape(&gw).await;
+    for (path, input, want) in [
+        ("/v1/embeddings", json!(["abc", "def"]), 200),
+        ("/api/embed", json!("abc"), 200),
+        ("/v1/embeddings", json!([]), 400),
+    ] {
+        let (status, _, text) = post(&gw.url(path), json!({"model": model, "input": input})).await;
+        assert_eq!(status, want, "{path}: {text}");
+    }
+    let after = scrape(&gw).await;
+    let d = |labels: &[(&str, &str)]| delta(&before, &after, "assist_requests_total", labels);
+    assert_eq!(d(&[("route", "/v1/embeddings"), ("status", "200")]), 1.0);
+    assert_eq!(d(&[("route", "/api/embed"), ("status", "200")]), 1.0);
+    assert_eq!(d(&[("route", "/v1/embeddings"), ("status", "400")]), 1.0);
+    assert_eq!(
+        delta(
+            &before,
+            &after,
+            "assist_request_duration_seconds_count",
+            &[("route", "/v1/embeddings")]
+        ),
+        2.0
+    );
+    let log = gw.log();
+    let lines: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == "request")
+        .map(|v| v["fields"].clone())
+        .collect();
+    let of = |path: &str| -> Vec<u64> {
+        lines
+            .iter()
+            .filter(|f| f["path"] == path)
+            .map(|f| f["status"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(of("/v1/embeddings"), [200, 400], "{log}");
+    assert_eq!(of("/api/embed"), [200], "{log}");
+}

@@ -11,14 +11,15 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::chat::{self, Endpoint, Parsed};
+use super::chat;
 use super::dialect::{self, ApiError, Ollama};
 use super::{body, embeddings, AppState};
 use crate::error::GatewayError;
 use crate::llm::ModelCard;
 use crate::pipeline::ServedModel;
 
-pub use render::Ndjson;
+pub use parse::{chat as parse_chat, generate as parse_generate};
+use render::Ndjson;
 
 /// What this dialect's handlers return on failure.
 pub type Error = ApiError<Ollama>;
@@ -26,8 +27,14 @@ pub type Error = ApiError<Ollama>;
 /// The routes under `/api`, with this dialect's answers for unknown routes and methods.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/chat", post(chat::handle::<Chat>))
-        .route("/generate", post(chat::handle::<Generate>))
+        .route(
+            "/chat",
+            chat::post::<Ollama, Ndjson>("/api/chat", parse::chat),
+        )
+        .route(
+            "/generate",
+            chat::post::<Ollama, Ndjson>("/api/generate", parse::generate),
+        )
         .route("/tags", get(tags))
         .route("/show", post(show))
         .route("/version", get(version))
@@ -36,32 +43,6 @@ pub fn router() -> Router<AppState> {
         .route("/embeddings", post(embeddings::ollama_legacy))
         .fallback(dialect::not_found::<Ollama>)
         .method_not_allowed_fallback(dialect::method_not_allowed::<Ollama>)
-}
-
-/// `POST /api/chat`.
-pub struct Chat;
-
-impl Endpoint for Chat {
-    type Dialect = Ollama;
-    type Render = Ndjson;
-    const ROUTE: &'static str = "/api/chat";
-
-    fn parse(body: &[u8]) -> Result<Parsed<Ndjson>, GatewayError> {
-        parse::chat(body)
-    }
-}
-
-/// `POST /api/generate`.
-pub struct Generate;
-
-impl Endpoint for Generate {
-    type Dialect = Ollama;
-    type Render = Ndjson;
-    const ROUTE: &'static str = "/api/generate";
-
-    fn parse(body: &[u8]) -> Result<Parsed<Ndjson>, GatewayError> {
-        parse::generate(body)
-    }
 }
 
 /// A stable, digest-shaped identifier for models that have no file behind them.

@@ -119,12 +119,7 @@ fn message(i: usize, m: InMessage) -> Result<Message, GatewayError> {
     };
     let mut out = Message::text(role, m.content.unwrap_or_default());
     out.images = m.images.unwrap_or_default();
-    out.tool_calls = m
-        .tool_calls
-        .unwrap_or_default()
-        .into_iter()
-        .map(WireToolCall::into_tool_call)
-        .collect();
+    out.tool_calls = WireToolCall::calls(m.tool_calls);
     out.tool_name = m.tool_name;
     out.tool_call_id = m.tool_call_id;
     Ok(out)
@@ -141,76 +136,57 @@ pub fn chat(body: &[u8]) -> Result<Parsed<Ndjson>, GatewayError> {
         .collect::<Result<Vec<_>, _>>()?;
     // Ollama answers a chat without messages by loading the model.
     let load = messages.is_empty();
-    let request = UpstreamRequest {
-        model: req.model,
-        input: Input::Chat(messages),
-        params,
-        tools: req.tools.unwrap_or_default(),
-        tool_choice: None,
-    };
-    Ok(parsed(
-        request,
-        req.session_id,
-        req.user,
-        req.additional_context,
-        req.stream,
-        load,
-        Kind::Chat,
-    ))
+    let tools = req.tools.take().unwrap_or_default();
+    Ok(req.into_parsed(Input::Chat(messages), params, tools, load, Kind::Chat))
 }
 
 /// An `/api/generate` body, once read, as the pipeline's input.
 pub fn generate(body: &[u8]) -> Result<Parsed<Ndjson>, GatewayError> {
     let mut req = parse_json::<Request>(body)?;
     let params = req.params()?;
-    let prompt = req.prompt.unwrap_or_default();
+    let prompt = req.prompt.take().unwrap_or_default();
+    let images = std::mem::take(&mut req.images);
     // An empty prompt is Ollama's "load the model" request.
-    let load = prompt.is_empty() && req.images.is_empty();
-    let request = UpstreamRequest {
-        model: req.model,
-        input: Input::Prompt {
-            prompt,
-            suffix: req.suffix,
-            system: req.system,
-            raw: req.raw,
-            images: req.images,
-        },
-        params,
-        tools: Vec::new(),
-        tool_choice: None,
+    let load = prompt.is_empty() && images.is_empty();
+    let input = Input::Prompt {
+        prompt,
+        suffix: req.suffix.take(),
+        system: req.system.take(),
+        raw: req.raw,
+        images,
     };
-    Ok(parsed(
-        request,
-        req.session_id,
-        req.user,
-        req.additional_context,
-        req.stream,
-        load,
-        Kind::Generate,
-    ))
+    Ok(req.into_parsed(input, params, Vec::new(), load, Kind::Generate))
 }
 
-/// The turn with the editor context read from the request; Ollama streams by default.
-fn parsed(
-    request: UpstreamRequest,
-    session_id: Option<String>,
-    user: Option<Value>,
-    additional_context: Option<Value>,
-    stream: Option<bool>,
-    load: bool,
-    kind: Kind,
-) -> Parsed<Ndjson> {
-    let render = Ndjson::new(kind, &request.model);
-    let turn = ChatTurn::from_client(
-        request,
-        session_id,
-        user.as_ref(),
-        additional_context.as_ref(),
-    );
-    Parsed {
-        turn,
-        stream: stream.unwrap_or(true),
-        load,
-        render,
+impl Request {
+    /// The turn (the editor context read from the request) and its rendering; Ollama
+    /// streams unless told not to.
+    fn into_parsed(
+        self,
+        input: Input,
+        params: GenParams,
+        tools: Vec<Value>,
+        load: bool,
+        kind: Kind,
+    ) -> Parsed<Ndjson> {
+        let render = Ndjson::new(kind, &self.model);
+        let request = UpstreamRequest {
+            model: self.model,
+            input,
+            params,
+            tools,
+            tool_choice: None,
+        };
+        Parsed {
+            turn: ChatTurn::from_client(
+                request,
+                self.session_id,
+                self.user.as_ref(),
+                self.additional_context.as_ref(),
+            ),
+            stream: self.stream.unwrap_or(true),
+            load,
+            render,
+        }
     }
 }

@@ -10,13 +10,13 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use super::chat::{self, Endpoint, Parsed};
+use super::chat;
 use super::dialect::{self, ApiError, OpenAi};
 use super::{embeddings, eval, AppState};
-use crate::error::GatewayError;
 use crate::pipeline::ServedModel;
 
-pub use render::Sse;
+pub use parse::{chat as parse_chat, completion as parse_completion};
+use render::Sse;
 
 /// What this dialect's handlers return on failure.
 pub type Error = ApiError<OpenAi>;
@@ -24,40 +24,20 @@ pub type Error = ApiError<OpenAi>;
 /// The routes under `/v1`, with this dialect's answers for unknown routes and methods.
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/chat/completions", post(chat::handle::<ChatCompletions>))
-        .route("/completions", post(chat::handle::<Completions>))
+        .route(
+            "/chat/completions",
+            chat::post::<OpenAi, Sse>("/v1/chat/completions", parse::chat),
+        )
+        .route(
+            "/completions",
+            chat::post::<OpenAi, Sse>("/v1/completions", parse::completion),
+        )
         .route("/models", get(list_models))
         .route("/models/{*id}", get(get_model))
         .route("/embeddings", post(embeddings::openai))
         .route("/eval", post(eval::evaluate))
         .fallback(dialect::not_found::<OpenAi>)
         .method_not_allowed_fallback(dialect::method_not_allowed::<OpenAi>)
-}
-
-/// `POST /v1/chat/completions`.
-pub struct ChatCompletions;
-
-impl Endpoint for ChatCompletions {
-    type Dialect = OpenAi;
-    type Render = Sse;
-    const ROUTE: &'static str = "/v1/chat/completions";
-
-    fn parse(body: &[u8]) -> Result<Parsed<Sse>, GatewayError> {
-        parse::chat(body)
-    }
-}
-
-/// `POST /v1/completions`.
-pub struct Completions;
-
-impl Endpoint for Completions {
-    type Dialect = OpenAi;
-    type Render = Sse;
-    const ROUTE: &'static str = "/v1/completions";
-
-    fn parse(body: &[u8]) -> Result<Parsed<Sse>, GatewayError> {
-        parse::completion(body)
-    }
 }
 
 fn model_json(m: &ServedModel, started: i64) -> Value {

@@ -203,41 +203,16 @@ fn message(i: usize, m: InMessage) -> Result<Message, GatewayError> {
             out.content = texts.join("\n");
         }
     }
-    out.tool_calls = m
-        .tool_calls
-        .unwrap_or_default()
-        .into_iter()
-        .map(WireToolCall::into_tool_call)
-        .collect();
+    out.tool_calls = WireToolCall::calls(m.tool_calls);
     out.tool_call_id = m.tool_call_id;
     Ok(out)
 }
 
 /// A `/v1/chat/completions` body, once read, as the pipeline's input.
 pub fn chat(body: &[u8]) -> Result<Parsed<Sse>, GatewayError> {
-    let (turn, shape) = parse_json::<Request>(body).and_then(chat_turn)?;
-    Ok(parsed(turn, shape, Kind::Chat))
-}
-
-/// A `/v1/completions` body, once read, as the pipeline's input.
-pub fn completion(body: &[u8]) -> Result<Parsed<Sse>, GatewayError> {
-    let (turn, shape) = parse_json::<Request>(body).and_then(completion_turn)?;
-    Ok(parsed(turn, shape, Kind::Text))
-}
-
-fn parsed(turn: ChatTurn, shape: Shape, kind: Kind) -> Parsed<Sse> {
-    let render = Sse::new(kind, &turn.request.model, shape.include_usage);
-    Parsed {
-        turn,
-        stream: shape.stream,
-        load: false,
-        render,
-    }
-}
-
-fn chat_turn(mut req: Request) -> Result<(ChatTurn, Shape), GatewayError> {
+    let mut req = parse_json::<Request>(body)?;
     let (params, shape) = req.params()?;
-    let messages = match req.messages {
+    let messages = match req.messages.take() {
         None => return Err(GatewayError::invalid("messages", "messages is required")),
         Some(m) if m.is_empty() => {
             return Err(GatewayError::invalid(
@@ -251,25 +226,22 @@ fn chat_turn(mut req: Request) -> Result<(ChatTurn, Shape), GatewayError> {
             .map(|(i, m)| message(i, m))
             .collect::<Result<Vec<_>, _>>()?,
     };
-    let request = UpstreamRequest {
-        model: req.model,
-        input: Input::Chat(messages),
+    let tools = req.tools.take().unwrap_or_default();
+    let tool_choice = req.tool_choice.take();
+    Ok(req.into_parsed(
+        Input::Chat(messages),
         params,
-        tools: req.tools.unwrap_or_default(),
-        tool_choice: req.tool_choice,
-    };
-    let turn = ChatTurn::from_client(
-        request,
-        req.session_id,
-        req.user.as_ref(),
-        req.additional_context.as_ref(),
-    );
-    Ok((turn, shape))
+        (tools, tool_choice),
+        shape,
+        Kind::Chat,
+    ))
 }
 
-fn completion_turn(mut req: Request) -> Result<(ChatTurn, Shape), GatewayError> {
+/// A `/v1/completions` body, once read, as the pipeline's input.
+pub fn completion(body: &[u8]) -> Result<Parsed<Sse>, GatewayError> {
+    let mut req = parse_json::<Request>(body)?;
     let (params, shape) = req.params()?;
-    let prompt = match req.prompt {
+    let prompt = match req.prompt.take() {
         None => String::new(),
         Some(Prompt::One(p)) => p,
         Some(Prompt::Many(mut v)) if v.len() <= 1 => v.pop().unwrap_or_default(),
@@ -280,24 +252,44 @@ fn completion_turn(mut req: Request) -> Result<(ChatTurn, Shape), GatewayError> 
             ))
         }
     };
-    let request = UpstreamRequest {
-        model: req.model,
-        input: Input::Prompt {
-            prompt,
-            suffix: req.suffix,
-            system: None,
-            raw: false,
-            images: Vec::new(),
-        },
-        params,
-        tools: Vec::new(),
-        tool_choice: None,
+    let input = Input::Prompt {
+        prompt,
+        suffix: req.suffix.take(),
+        system: None,
+        raw: false,
+        images: Vec::new(),
     };
-    let turn = ChatTurn::from_client(
-        request,
-        req.session_id,
-        req.user.as_ref(),
-        req.additional_context.as_ref(),
-    );
-    Ok((turn, shape))
+    Ok(req.into_parsed(input, params, (Vec::new(), None), shape, Kind::Text))
+}
+
+impl Request {
+    /// The turn (the editor context read from the request) and its rendering.
+    fn into_parsed(
+        self,
+        input: Input,
+        params: GenParams,
+        (tools, tool_choice): (Vec<Value>, Option<Value>),
+        shape: Shape,
+        kind: Kind,
+    ) -> Parsed<Sse> {
+        let render = Sse::new(kind, &self.model, shape.include_usage);
+        let request = UpstreamRequest {
+            model: self.model,
+            input,
+            params,
+            tools,
+            tool_choice,
+        };
+        Parsed {
+            turn: ChatTurn::from_client(
+                request,
+                self.session_id,
+                self.user.as_ref(),
+                self.additional_context.as_ref(),
+            ),
+            stream: shape.stream,
+            load: false,
+            render,
+        }
+    }
 }
