@@ -6,8 +6,13 @@
 //! only: no embedding model) and search latency p50/p99 for BM25, vectors and the fused
 //! hybrid, excluding the query embedding.
 //!
+//! A second table times long questions (1 KB, 100 KB, 1 MB of distinct words) against a
+//! 10,000-chunk BM25 index: the search a request runs (which reads at most
+//! `retrieval.max_query_chars` of the question), and the whole text through BM25 (which
+//! shows the query analysis is linear in its length).
+//!
 //! Environment: BENCH_CHUNKS (comma-separated sizes, default "10000,100000"),
-//! BENCH_QUERIES (default 300).
+//! BENCH_QUERIES (default 300), BENCH_LONG_RUNS (default 10).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -237,4 +242,78 @@ async fn bench() {
     }
     println!();
     println!("(hybrid = the retriever: BM25 and vectors at once, fused; the query embedding is not included)");
+    long_questions(&settings).await;
+}
+
+/// Search time of long questions: linear in their length, and bounded for a request.
+async fn long_questions(settings: &Settings) {
+    let runs: usize = std::env::var("BENCH_LONG_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let mut rng = Rng(0x5eed);
+    let lexical = Arc::new(TantivyIndex::in_memory().unwrap());
+    let files: Vec<(String, Vec<KnowledgeChunk>)> = (0..500)
+        .map(|f| {
+            let name = format!("docs/file{f}.md");
+            let chunks = (0..20)
+                .map(|i| KnowledgeChunk {
+                    chunk_id: format!("c{f}-{i}"),
+                    source_file: name.clone(),
+                    start_line: 1,
+                    end_line: 20,
+                    doc_type: DocType::Narrative,
+                    block_type: "section".into(),
+                    section: rng.words(3),
+                    language: "en".into(),
+                    text: rng.words(120),
+                })
+                .collect();
+            (name, chunks)
+        })
+        .collect();
+    lexical.replace_files(&files).unwrap();
+    let retriever = Retriever::new(
+        lexical.clone(),
+        None,
+        settings.retrieval.clone(),
+        vec![Lang::En],
+    );
+    println!();
+    println!(
+        "Long questions, 10,000 chunks, BM25 (p50 of {runs}; the search reads {} characters):",
+        settings.retrieval.max_query_chars
+    );
+    println!();
+    println!("| question | distinct words | search of a request ms | × 1 KB | whole text through BM25 ms | × 1 KB |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    let mut base = None;
+    for (label, bytes) in [
+        ("1 KB", 1usize << 10),
+        ("100 KB", 100 << 10),
+        ("1 MB", 1 << 20),
+    ] {
+        let mut q = String::from("how do I register an endpoint");
+        let mut n = 0u64;
+        while q.len() < bytes {
+            q.push_str(&format!(" w{n:x}q"));
+            n += 1;
+        }
+        let (mut bounded, mut whole) = (Vec::new(), Vec::new());
+        for _ in 0..runs {
+            let t = Instant::now();
+            retriever.find(&q).await.unwrap();
+            bounded.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            lexical.search(&q, Lang::En, 40).unwrap();
+            whole.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let (b, w) = (percentile(&mut bounded, 0.5), percentile(&mut whole, 0.5));
+        let (b1, w1) = *base.get_or_insert((b, w));
+        println!(
+            "| {label} | {n} | {b:.2} | {:.1} | {w:.1} | {:.0} |",
+            b / b1,
+            w / w1
+        );
+    }
 }

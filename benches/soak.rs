@@ -6,7 +6,8 @@
 //! BENCH_SOAK_REQUESTS mixed requests runs at BENCH_SOAK_CONCURRENCY clients:
 //!
 //! * multi-turn sessions (`session_id`, only the new question sent each turn, turns sent
-//!   one after another), OpenAI or Ollama dialect, each turn streamed or not;
+//!   one after another), OpenAI or Ollama dialect, each turn streamed or not; two API
+//!   keys share the gateway, and every session id is used by both (two conversations);
 //! * single questions, both dialects, streamed or not;
 //! * about BENCH_SOAK_DISCONNECT of all requests are streams the client drops on purpose
 //!   after the first answer token.
@@ -14,9 +15,10 @@
 //! Checks (any failure exits 1): every request other than the deliberate disconnects got a
 //! 200 and its whole answer in the dialect's shape; every session's turn k reached the
 //! upstream with that session's questions 1..k-1 and their k-1 answers before it, in order
-//! (read back from the requests the scripted upstream recorded); the gateway still answers
-//! `/health` at the end. Reported: errors, deliberate disconnects (and upstream streams
-//! the gateway cancelled), requests per second, gateway RSS at start, end and peak.
+//! (read back from the requests the scripted upstream recorded), and no turn of the other
+//! key's session of the same id; the gateway still answers `/health` at the end.
+//! Reported: errors, deliberate disconnects (and upstream streams the gateway cancelled),
+//! turns that crossed callers, requests per second, gateway RSS at start, end and peak.
 //!
 //! Environment (defaults in brackets): BENCH_SOAK_REQUESTS [10000],
 //! BENCH_SOAK_CONCURRENCY [100], BENCH_SOAK_DISCONNECT [0.05], BENCH_SOAK_SESSION_SHARE
@@ -163,6 +165,18 @@ fn marker(session: usize, turn: usize) -> String {
     format!("[soak s{session} t{turn}]")
 }
 
+/// The two callers' keys; session job `id` is the caller `id % 2`'s conversation under
+/// the session id `soak-{id / 2}`, which the other caller uses too.
+const KEYS: [&str; 2] = ["soak-key-alice", "soak-key-bob"];
+
+fn key_of(id: usize) -> &'static str {
+    KEYS[id % 2]
+}
+
+fn session_of(id: usize) -> String {
+    format!("soak-{}", id / 2)
+}
+
 struct Gateway {
     url: String,
     tokens: usize,
@@ -259,9 +273,11 @@ impl Gateway {
     }
 
     /// One request read to its end and checked.
+    #[allow(clippy::too_many_arguments)]
     async fn ask(
         &self,
         client: &reqwest::Client,
+        key: &str,
         dialect: Dialect,
         stream: bool,
         content: String,
@@ -270,6 +286,7 @@ impl Gateway {
         let (url, body) = self.request(dialect, stream, content, session);
         let r = client
             .post(&url)
+            .bearer_auth(key)
             .json(&body)
             .send()
             .await
@@ -286,12 +303,14 @@ impl Gateway {
     async fn disconnect(
         &self,
         client: &reqwest::Client,
+        key: &str,
         dialect: Dialect,
         content: String,
     ) -> Result<(), String> {
         let (url, body) = self.request(dialect, true, content, None);
         let mut r = client
             .post(&url)
+            .bearer_auth(key)
             .json(&body)
             .send()
             .await
@@ -334,8 +353,10 @@ impl Tally {
     }
 }
 
-/// Checks every session's turns against what the upstream received. Returns the problems.
-fn check_sessions(upstream: &ScriptedUpstream, plan: &Plan) -> (usize, Vec<String>) {
+/// Checks every session's turns against what the upstream received. Returns how many were
+/// checked, how many held a turn of the other caller's session of the same id, and the
+/// problems.
+fn check_sessions(upstream: &ScriptedUpstream, plan: &Plan) -> (usize, usize, Vec<String>) {
     // Upstream requests by the marker of the question they answer.
     let mut by_marker: HashMap<String, Vec<Value>> = HashMap::new();
     for r in upstream.requests() {
@@ -354,6 +375,7 @@ fn check_sessions(upstream: &ScriptedUpstream, plan: &Plan) -> (usize, Vec<Strin
     }
     let mut problems = Vec::new();
     let mut checked = 0;
+    let mut crossed = 0;
     for job in &plan.jobs {
         let Job::Session { id, streams, .. } = job else {
             continue;
@@ -370,6 +392,15 @@ fn check_sessions(upstream: &ScriptedUpstream, plan: &Plan) -> (usize, Vec<Strin
                 continue;
             };
             let messages = messages.as_array().cloned().unwrap_or_default();
+            // The other caller's session of the same id has the job id of the other parity.
+            let other = id ^ 1;
+            let foreign = format!("[soak s{other} t");
+            if messages
+                .iter()
+                .any(|x| x["content"].as_str().is_some_and(|c| c.contains(&foreign)))
+            {
+                crossed += 1;
+            }
             // The conversation before the new question: user/assistant pairs in order.
             let earlier = &messages[..messages.len().saturating_sub(1)];
             let users: Vec<&str> = earlier
@@ -403,7 +434,7 @@ fn check_sessions(upstream: &ScriptedUpstream, plan: &Plan) -> (usize, Vec<Strin
             }
         }
     }
-    (checked, problems)
+    (checked, crossed, problems)
 }
 
 fn main() {
@@ -443,11 +474,15 @@ async fn soak() -> bool {
             passthrough: false,
             knowledge: true,
             log_level,
-            // Every earlier turn of a session fits in the window the model gets.
-            env: vec![(
-                "ASSIST__SESSIONS__WINDOW_TURNS".into(),
-                (max_turns + 1).to_string(),
-            )],
+            // Every earlier turn of a session fits in the window the model gets; two
+            // callers, each with its own key.
+            env: vec![
+                (
+                    "ASSIST__SESSIONS__WINDOW_TURNS".into(),
+                    (max_turns + 1).to_string(),
+                ),
+                ("ASSIST__SERVER__API_KEYS".into(), KEYS.join(",")),
+            ],
         },
     )
     .await;
@@ -501,10 +536,11 @@ async fn soak() -> bool {
                             let r = gw
                                 .ask(
                                     &client,
+                                    key_of(*id),
                                     *dialect,
                                     *stream,
                                     content,
-                                    Some(format!("soak-{id}")),
+                                    Some(session_of(*id)),
                                 )
                                 .await;
                             tally.record(r, false);
@@ -512,12 +548,14 @@ async fn soak() -> bool {
                     }
                     Job::Single { dialect, stream } => {
                         let r = gw
-                            .ask(&client, *dialect, *stream, q.to_string(), None)
+                            .ask(&client, KEYS[n % 2], *dialect, *stream, q.to_string(), None)
                             .await;
                         tally.record(r, false);
                     }
                     Job::Disconnect { dialect } => {
-                        let r = gw.disconnect(&client, *dialect, q.to_string()).await;
+                        let r = gw
+                            .disconnect(&client, KEYS[n % 2], *dialect, q.to_string())
+                            .await;
                         tally.record(r, true);
                     }
                 }
@@ -551,7 +589,7 @@ async fn soak() -> bool {
     let healthy = reqwest::get(format!("{}/health", gateway.url))
         .await
         .is_ok_and(|r| r.status() == 200);
-    let (checked, problems) = check_sessions(&upstream, &plan);
+    let (checked, crossed, problems) = check_sessions(&upstream, &plan);
 
     let ok = tally.ok.load(Ordering::Relaxed);
     let errors = tally.errors.load(Ordering::Relaxed);
@@ -575,10 +613,11 @@ async fn soak() -> bool {
         upstream.cancelled()
     );
     println!(
-        "| session turns in order | {} of {checked} ({} sessions) |",
+        "| session turns in order | {} of {checked} ({} sessions, two keys sharing each id) |",
         checked - problems.len(),
         plan.sessions
     );
+    println!("| turns that crossed callers | {crossed} |");
     println!("| requests/s | {:.0} |", total as f64 / seconds);
     println!("| duration | {seconds:.1} s |");
     println!(
@@ -617,6 +656,10 @@ async fn soak() -> bool {
         for p in problems.iter().take(5) {
             println!("  {p}");
         }
+    }
+    if crossed > 0 {
+        passed = false;
+        println!("FAILED: {crossed} turns held the other caller's conversation");
     }
     if !healthy {
         passed = false;

@@ -3,11 +3,13 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 
 use crate::config::{ClassifierMode, Provider, ReformulatorMode, Settings};
 use crate::http::AppState;
+use crate::ingest::layout::{IndexRoot, Live};
 use crate::ingest::{chunk::ChunkConfig, DenseSink, Ingestor, Progress, Summary};
 use crate::llm::{self, Embedder};
 use crate::pipeline::classify::{Classifier, LlmClassifier, RulesClassifier};
@@ -25,14 +27,32 @@ use crate::sessions::{self, Sessions};
 pub struct Knowledge {
     pub lexical: Arc<dyn LexicalIndex>,
     pub dense: Option<(Arc<dyn Embedder>, Arc<dyn VectorStore>)>,
+    /// Why there is no index where one should be (readiness says it).
+    pub missing: Option<String>,
 }
 
-/// Opens the indexes in `dir`: writable for `ingest`, read-only for serving.
-pub fn open_knowledge(
-    settings: &Settings,
-    dir: &Path,
-    writable: bool,
-) -> anyhow::Result<Knowledge> {
+/// Opens the live indexes under `data_dir/index` for searching. Where none was ever built,
+/// a first, empty one is made (an `ingest` alongside fills it); where one should be and is
+/// not, the knowledge is empty and says why, never silently.
+pub fn open_knowledge(settings: &Settings) -> anyhow::Result<Knowledge> {
+    let root = IndexRoot::new(&settings.index_dir());
+    let dir = match root.live()? {
+        Live::At(dir) => dir,
+        Live::None => root.for_update()?,
+        Live::Missing(why) => {
+            tracing::error!(reason = %why, "no knowledge index: answering without knowledge");
+            return Ok(Knowledge {
+                lexical: Arc::new(TantivyIndex::in_memory()?),
+                dense: None,
+                missing: Some(why),
+            });
+        }
+    };
+    open_version(settings, &dir, false)
+}
+
+/// Opens the indexes in one version folder: writable for `ingest`, read-only for serving.
+fn open_version(settings: &Settings, dir: &Path, writable: bool) -> anyhow::Result<Knowledge> {
     let lexical_dir = dir.join("lexical");
     let lexical = if writable {
         TantivyIndex::open(&lexical_dir)?
@@ -57,6 +77,7 @@ pub fn open_knowledge(
     Ok(Knowledge {
         lexical: Arc::new(lexical),
         dense,
+        missing: None,
     })
 }
 
@@ -68,35 +89,35 @@ pub fn retriever(settings: &Settings, knowledge: Knowledge) -> Retriever {
         .iter()
         .filter_map(|l| Lang::from_code(l))
         .collect();
-    Retriever::new(
+    let retriever = Retriever::new(
         knowledge.lexical,
         knowledge.dense,
         settings.retrieval.clone(),
         langs,
-    )
+    );
+    match knowledge.missing {
+        Some(why) => retriever.missing_index(why),
+        None => retriever,
+    }
 }
 
 /// Ingests `paths` into the index under `data_dir`. With `rebuild`, a fresh index is
-/// built aside and swapped in only when complete, so a failed or interrupted rebuild
-/// leaves the previous index in place.
+/// built in a new version folder and made live only when complete (one atomic rename), so
+/// a failed or interrupted rebuild leaves the previous index in place.
 pub async fn ingest(
     settings: &Settings,
     paths: &[PathBuf],
     rebuild: bool,
     progress: &dyn Progress,
 ) -> anyhow::Result<Summary> {
-    let live = settings.index_dir();
+    let root = IndexRoot::new(&settings.index_dir());
     let target = if rebuild {
-        live.with_extension("rebuild")
+        root.new_version()?
     } else {
-        live.clone()
+        root.for_update()?
     };
-    if rebuild && target.exists() {
-        std::fs::remove_dir_all(&target)?;
-    }
-    std::fs::create_dir_all(&target)?;
     let summary = {
-        let knowledge = open_knowledge(settings, &target, true)?;
+        let knowledge = open_version(settings, &target, true)?;
         let ingestor = Ingestor {
             lexical: knowledge.lexical,
             dense: knowledge
@@ -111,26 +132,20 @@ pub async fn ingest(
         };
         ingestor.run(paths, progress).await
     };
-    let summary = match summary {
-        Ok(s) => s,
+    match summary {
+        Ok(summary) => {
+            if rebuild {
+                root.publish(&target)?;
+            }
+            Ok(summary)
+        }
         Err(e) => {
             if rebuild {
                 let _ = std::fs::remove_dir_all(&target);
             }
-            return Err(e);
-        }
-    };
-    if rebuild {
-        let old = live.with_extension("old");
-        if live.exists() {
-            std::fs::rename(&live, &old)?;
-        }
-        std::fs::rename(&target, &live)?;
-        if old.exists() {
-            std::fs::remove_dir_all(&old)?;
+            Err(e)
         }
     }
-    Ok(summary)
 }
 
 /// Builds the state: the upstream adapter, the pipeline, the knowledge indexes, the
@@ -175,15 +190,21 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
             timeout: settings.reformulator.timeout,
         }),
     };
-    let knowledge = open_knowledge(settings, &settings.index_dir(), false)?;
+    let knowledge = open_knowledge(settings)?;
     let embedder = knowledge.dense.as_ref().map(|(e, _)| e.clone());
     let retriever = Arc::new(retriever(settings, knowledge));
     let sessions = if with_sessions {
         let store = sessions::store_from_settings(&settings.sessions, &settings.data_dir)?;
-        Some(Arc::new(Sessions::new(
+        let sessions = Arc::new(Sessions::new(
             store,
             settings.sessions.window_turns,
-        )))
+            settings.sessions.wait,
+        ));
+        // Unused sessions are forgotten while the gateway runs.
+        let every =
+            (settings.sessions.ttl / 10).clamp(Duration::from_secs(1), Duration::from_secs(600));
+        sessions.expire_every(every);
+        Some(sessions)
     } else {
         None
     };
@@ -199,6 +220,7 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
             answer_reserve_tokens: a.answer_reserve_tokens,
             cite_sources: a.cite_sources,
             send_num_ctx: settings.llm.provider == Provider::Ollama,
+            keep_alive: settings.llm.keep_alive.clone(),
             idle_timeout: settings.llm.idle_timeout,
         },
         Stages {

@@ -46,11 +46,17 @@ pub struct ServerSettings {
     pub api_keys_file: Option<PathBuf>,
     #[serde(deserialize_with = "list_or_comma_string")]
     pub cors_origins: Vec<String>,
+    /// Host names (or addresses) requests may be addressed to, besides the localhost
+    /// names and the bound address.
+    #[serde(deserialize_with = "list_or_comma_string")]
+    pub allowed_hosts: Vec<String>,
     pub max_body_bytes: usize,
     pub max_messages: usize,
     pub max_message_chars: usize,
     /// Most texts one embedding request may carry.
     pub max_embedding_inputs: usize,
+    /// Embedding requests served at once; more → 429.
+    pub max_concurrent_embeddings: usize,
     #[serde(rename = "shutdown_grace_secs", with = "secs")]
     pub shutdown_grace: Duration,
     pub ollama_version: String,
@@ -69,6 +75,9 @@ pub struct ServerSettings {
     /// A request's body must arrive within this; slower → 408.
     #[serde(rename = "body_read_timeout_secs", with = "secs")]
     pub body_read_timeout: Duration,
+    /// A client must take each part of a streamed answer within this, or the stream ends.
+    #[serde(rename = "write_timeout_secs", with = "secs")]
+    pub write_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -146,9 +155,16 @@ pub struct SessionSettings {
     pub redis_prefix: String,
     pub window_turns: usize,
     pub max_turns: usize,
+    /// Bytes of one session's stored turns.
+    pub max_session_bytes: usize,
     #[serde(rename = "ttl_secs", with = "secs")]
     pub ttl: Duration,
     pub max_sessions: usize,
+    /// Sessions one API key keeps (the shared namespace of a gateway without keys has all).
+    pub max_sessions_per_caller: usize,
+    /// Longest a turn waits for the session's earlier turn to finish.
+    #[serde(rename = "wait_secs", with = "secs")]
+    pub wait: Duration,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -178,6 +194,10 @@ pub struct LlmSettings {
     #[serde(rename = "max_answer_secs", with = "secs")]
     pub max_answer: Duration,
     pub max_chunk_bytes: usize,
+    /// Ollama's `keep_alive` for the assistant's requests; unset = not sent (the
+    /// upstream's own default), whatever a client asks.
+    #[serde(default, with = "unset_if_empty")]
+    pub keep_alive: Option<String>,
 }
 
 /// One `[[llm.fallbacks]]` table: another upstream that can answer for the assistant.
@@ -233,6 +253,8 @@ pub struct QdrantSettings {
 #[serde(deny_unknown_fields)]
 pub struct RetrievalSettings {
     pub top_k: usize,
+    /// Characters of a search query the search reads: its beginning and its end.
+    pub max_query_chars: usize,
     pub rrf_k: f32,
     pub candidates: usize,
     pub bm25_weight: f32,
@@ -312,6 +334,8 @@ pub struct EvalSettings {
     pub dataset: Option<PathBuf>,
     /// `max_tokens` of each evaluated answer; 0 = the assistant's own default.
     pub answer_max_tokens: u32,
+    /// Reports of `POST /v1/eval` kept under `data_dir/eval`; older ones are deleted.
+    pub keep_reports: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -410,6 +434,11 @@ impl Settings {
             "ingest.chunk_chars / ingest.overlap_chars",
             "chunk_chars must be at least 200 and larger than overlap_chars",
         )?;
+        check(
+            self.eval.keep_reports > 0,
+            "eval.keep_reports",
+            "must be at least 1",
+        )?;
         self.judge.validate()
     }
 }
@@ -476,10 +505,28 @@ impl ServerSettings {
             }
         }
         check(
-            !self.header_read_timeout.is_zero() && !self.body_read_timeout.is_zero(),
-            "server.header_read_timeout_secs / server.body_read_timeout_secs",
+            !self.header_read_timeout.is_zero()
+                && !self.body_read_timeout.is_zero()
+                && !self.write_timeout.is_zero(),
+            "server.header_read_timeout_secs / server.body_read_timeout_secs / server.write_timeout_secs",
             "must be at least 1 second",
         )?;
+        check(
+            self.max_concurrent_embeddings > 0,
+            "server.max_concurrent_embeddings",
+            "must be at least 1",
+        )?;
+        for host in &self.allowed_hosts {
+            let ok = !host.is_empty()
+                && !host.contains(['/', ' ', '@'])
+                && axum::http::HeaderValue::from_str(host).is_ok();
+            if !ok {
+                return Err(SettingsError::new(
+                    "server.allowed_hosts",
+                    format!("'{host}' is not a host name (e.g. gateway.internal or 10.0.0.5)"),
+                ));
+            }
+        }
         check(
             self.api_keys.iter().all(|k| !k.trim().is_empty()),
             "server.api_keys",
@@ -530,9 +577,19 @@ impl SessionSettings {
             "max_turns must be at least 1 and at least window_turns",
         )?;
         check(
-            self.max_sessions > 0 && !self.ttl.is_zero(),
-            "sessions.max_sessions / sessions.ttl_secs",
+            self.max_sessions > 0 && !self.ttl.is_zero() && !self.wait.is_zero(),
+            "sessions.max_sessions / sessions.ttl_secs / sessions.wait_secs",
             "must be at least 1",
+        )?;
+        check(
+            self.max_sessions_per_caller > 0,
+            "sessions.max_sessions_per_caller",
+            "must be at least 1",
+        )?;
+        check(
+            self.max_session_bytes >= 4096,
+            "sessions.max_session_bytes",
+            "must be at least 4096",
         )?;
         check(
             self.backend != SessionBackend::Redis || self.redis_url.is_some(),
@@ -620,6 +677,11 @@ impl RetrievalSettings {
             "top_k must be at least 1 and candidates at least top_k",
         )?;
         check(self.rrf_k > 0.0, "retrieval.rrf_k", "must be positive")?;
+        check(
+            self.max_query_chars >= 16,
+            "retrieval.max_query_chars",
+            "must be at least 16",
+        )?;
         let weights = [
             ("retrieval.bm25_weight", self.bm25_weight),
             ("retrieval.dense_weight", self.dense_weight),

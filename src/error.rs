@@ -87,6 +87,12 @@ impl GatewayError {
         )
     }
 
+    /// 403 for a request the gateway refuses to serve whoever sends it (a foreign host or
+    /// web page).
+    pub fn forbidden(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "permission_error", message).with_code(code)
+    }
+
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "authentication_error", message)
             .with_code("invalid_api_key")
@@ -121,6 +127,13 @@ impl GatewayError {
     /// 409: the request conflicts with work in progress.
     pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "invalid_request_error", message).with_code(code)
+    }
+
+    /// 409: the session's earlier turn is still running; try again in a moment.
+    pub fn session_busy(message: impl Into<String>) -> Self {
+        let mut e = Self::conflict("session_busy", message);
+        e.retry_after = Some(5);
+        e
     }
 
     /// 503: a feature the settings leave off.

@@ -201,6 +201,7 @@ async fn ask(
     use assist_gateway::context::EditorContext;
     use assist_gateway::llm::{GenParams, Input, Message, Role, UpstreamRequest};
     use assist_gateway::pipeline::{ChatTurn, Event};
+    use assist_gateway::sessions::Owner;
     use futures::StreamExt;
     use std::io::Write;
 
@@ -227,7 +228,7 @@ async fn ask(
         session_id: session,
         editor,
     };
-    let mut events = pipeline.run(turn).await?;
+    let mut events = pipeline.run(turn, &Owner::shared()).await?;
     let mut out = std::io::stdout().lock();
     let mut sources = Vec::new();
     while let Some(event) = events.next().await {
@@ -306,7 +307,7 @@ async fn eval_retrieval(
     use assist_gateway::eval::retrieval::{evaluate, load_dataset, table};
     use assist_gateway::retrieval::hybrid::Mode;
     let cases = load_dataset(&dataset)?;
-    let knowledge = app::open_knowledge(&settings, &settings.index_dir(), false)?;
+    let knowledge = app::open_knowledge(&settings)?;
     let has_vectors = knowledge.dense.is_some();
     let retriever = app::retriever(&settings, knowledge);
     let modes: &[Mode] = if has_vectors {
@@ -370,8 +371,12 @@ async fn eval_answers(
     bar.enable_steady_tick(std::time::Duration::from_millis(200));
     let response = evaluator.run(&questions, &bar).await?;
     print!("{}", answers::table(&response));
+    let default = out.is_none();
     let dir = out.unwrap_or_else(|| answers::default_out_dir(&settings.data_dir));
     answers::write_reports(&dir, &response)?;
+    if default {
+        answers::prune_reports(&settings.data_dir, settings.eval.keep_reports)?;
+    }
     println!(
         "\nwrote {} and {}",
         dir.join("results.json").display(),

@@ -159,7 +159,7 @@ pub fn request(route: SharedString, status: u16, took: Duration) {
 /// How a chat request ended, recorded once when it is over.
 pub struct ChatRequest<'a> {
     pub route: &'static str,
-    /// Empty when the name cannot be trusted to be a served model (see `model_label`).
+    /// A served model's name, else `other` (see `Pipeline::model_label`).
     pub model: &'a str,
     pub status: u16,
     pub total: Duration,
@@ -192,16 +192,6 @@ impl ChatRequest<'_> {
         if let Some(kind) = self.upstream_error {
             metrics::counter!("assist_upstream_errors_total", "kind" => kind).increment(1);
         }
-    }
-}
-
-/// The model label of a chat request: the name as asked, except on responses that
-/// reject the request itself (400, 404, 405, 413, 422), whose model may be any string a
-/// client typed: those get an empty label, so a client cannot grow the series count.
-pub fn model_label(model: &str, status: u16) -> &str {
-    match status {
-        400 | 404 | 405 | 413 | 422 => "",
-        _ => model,
     }
 }
 

@@ -7,7 +7,7 @@
 //! access-log middleware.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Extension, State};
@@ -18,13 +18,15 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::Value;
 
+use super::auth::Caller;
 use super::dialect::{ApiError, Dialect};
 use super::limits::{StreamGate, StreamSlot};
 use super::{body, request_id, AppState};
 use crate::config::ServerSettings;
 use crate::error::GatewayError;
 use crate::llm::{FinishReason, Input, ToolCall, Usage};
-use crate::pipeline::{collect, Answer, ChatTurn, Event, EventStream, Source};
+use crate::pipeline::{collect, Answer, ChatTurn, Event, EventStream, Pipeline, Source};
+use crate::sessions::{self, Owner};
 use crate::telemetry::{self, UpstreamClock};
 
 /// How one endpoint's body becomes a turn: the dialect's parser.
@@ -81,13 +83,20 @@ pub fn post<D: Dialect, R: Render>(route: &'static str, parse: Parse<R>) -> Meth
     axum::routing::post(
         move |State(state): State<AppState>,
               gate: Option<Extension<StreamGate>>,
+              caller: Option<Extension<Caller>>,
               headers: HeaderMap,
               body: Body| async move {
-            let log = ChatLog::new(&headers, D::NAME, route);
+            let log = ChatLog::new(&headers, D::NAME, route, state.pipeline.clone());
             let parsed = body::read(&state.settings.server, body)
                 .await
                 .and_then(|b| parse(&b));
-            match answer(&state, gate.map(|Extension(g)| g), log, parsed).await {
+            // Sessions are the caller's own with keys; without, one namespace is shared.
+            let owner = match caller {
+                Some(Extension(Caller::Key(digest))) => Owner::key(&digest),
+                _ => Owner::shared(),
+            };
+            let gate = gate.map(|Extension(g)| g);
+            match answer(&state, gate, &owner, log, parsed).await {
                 Ok(response) => response,
                 Err((mut log, e)) => {
                     log.failed(&e, false);
@@ -105,6 +114,7 @@ type Failed = (ChatLog, GatewayError);
 async fn answer<R: Render>(
     state: &AppState,
     gate: Option<StreamGate>,
+    owner: &Owner,
     mut log: ChatLog,
     parsed: Result<Parsed<R>, GatewayError>,
 ) -> Result<Response, Failed> {
@@ -133,16 +143,17 @@ async fn answer<R: Render>(
     }
     let events = match state
         .pipeline
-        .run_timed(parsed.turn, log.upstream.clone())
+        .run_timed(parsed.turn, owner, log.upstream.clone())
         .await
     {
         Ok(events) => events,
         Err(e) => return Err((log, e)),
     };
     if parsed.stream {
+        let write_timeout = state.settings.server.write_timeout;
         return Ok(streaming_response(
             R::CONTENT_TYPE,
-            rendered(events, parsed.render, log),
+            stream(events, parsed.render, log, write_timeout),
         ));
     }
     match collect(events).await {
@@ -162,8 +173,12 @@ fn loaded() -> Answer {
     }
 }
 
-/// The request-size limits beyond the body size: how many messages, how long each.
+/// The request limits beyond the body size: how many messages, how long each, and a
+/// `session_id` of plain characters and bounded length.
 pub fn check_limits(server: &ServerSettings, turn: &ChatTurn) -> Result<(), GatewayError> {
+    if let Some(id) = &turn.session_id {
+        sessions::check_id(id).map_err(|why| GatewayError::invalid("session_id", why))?;
+    }
     match &turn.request.input {
         Input::Chat(messages) => {
             body::check_count(
@@ -193,45 +208,94 @@ fn whole<R: Render>(render: &R, answer: &Answer, mut log: ChatLog) -> Response {
     response
 }
 
-/// Pipeline events as the dialect renders them; an error mid-stream is the dialect's
-/// error event, then the end.
-fn rendered<R: Render>(
+/// How many rendered pieces wait for a client that reads slowly, beyond what the server's
+/// and the kernel's buffers hold.
+const STREAM_QUEUE: usize = 8;
+
+/// A streamed answer: the pipeline's events are rendered by a task of their own into a
+/// short queue the response body reads from. A client that takes nothing for
+/// `write_timeout` (its buffers full) ends the answer like one that went away: the
+/// upstream request is cancelled, what was streamed is saved to the session, the stream
+/// slot and the session are freed.
+fn stream<R: Render>(
+    events: EventStream,
+    render: R,
+    log: ChatLog,
+    write_timeout: Duration,
+) -> impl futures::Stream<Item = Bytes> {
+    let (tx, rx) = tokio::sync::mpsc::channel(STREAM_QUEUE);
+    tokio::spawn(pump(events, render, log, tx, write_timeout));
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) })
+}
+
+/// Renders the events into `tx`; an error mid-stream is the dialect's error event, then
+/// the end.
+async fn pump<R: Render>(
     mut events: EventStream,
     mut render: R,
     mut log: ChatLog,
-) -> impl futures::Stream<Item = Bytes> {
-    async_stream::stream! {
-        if let Some(opening) = render.opening() {
-            yield opening;
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+    write_timeout: Duration,
+) {
+    if let Some(opening) = render.opening() {
+        if !send(&tx, opening, write_timeout, &mut log).await {
+            return;
         }
-        let mut sources = None;
-        while let Some(event) = events.next().await {
-            match event {
-                Event::Sources(s) => sources = Some(s),
-                Event::Delta(text) => {
-                    log.delta();
-                    yield render.delta(&text);
-                }
-                Event::ToolCalls(calls) => {
-                    log.delta();
-                    yield render.tool_calls(&calls);
-                }
-                Event::Done { finish, usage } => {
-                    log.done(usage);
-                    yield render.end(End {
-                        finish,
-                        usage,
-                        sources: sources.as_deref(),
-                        timing: log.timing(),
-                    });
-                    return;
-                }
-                Event::Error(e) => {
-                    log.failed(&e, true);
-                    yield render.error(&e);
-                    return;
-                }
+    }
+    let mut sources = None;
+    while let Some(event) = events.next().await {
+        let (bytes, last) = match event {
+            Event::Sources(s) => {
+                sources = Some(s);
+                continue;
             }
+            Event::Delta(text) => {
+                log.delta();
+                (render.delta(&text), false)
+            }
+            Event::ToolCalls(calls) => {
+                log.delta();
+                (render.tool_calls(&calls), false)
+            }
+            Event::Done { finish, usage } => {
+                log.done(usage);
+                let end = End {
+                    finish,
+                    usage,
+                    sources: sources.as_deref(),
+                    timing: log.timing(),
+                };
+                (render.end(end), true)
+            }
+            Event::Error(e) => {
+                log.failed(&e, true);
+                (render.error(&e), true)
+            }
+        };
+        if !send(&tx, bytes, write_timeout, &mut log).await || last {
+            return;
+        }
+    }
+}
+
+/// Queues one piece for the client; `false` when the client is gone, or took nothing for
+/// `write_timeout` (then the stream stops: the caller drops the events).
+async fn send(
+    tx: &tokio::sync::mpsc::Sender<Bytes>,
+    bytes: Bytes,
+    write_timeout: Duration,
+    log: &mut ChatLog,
+) -> bool {
+    match tokio::time::timeout(write_timeout, tx.send(bytes)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(_)) => false,
+        Err(_) => {
+            tracing::warn!(
+                write_timeout_secs = write_timeout.as_secs(),
+                "the client took nothing for the write timeout: stream ended"
+            );
+            log.outcome = "client_too_slow";
+            false
         }
     }
 }
@@ -289,10 +353,20 @@ struct ChatLog {
     upstream: Arc<UpstreamClock>,
     /// The kind of upstream failure that ended the request.
     upstream_error: Option<&'static str>,
+    /// Which model names are served (the metric label of any other is `other`).
+    pipeline: Arc<Pipeline>,
 }
 
+/// Longest model name a log line shows (a client may send any string).
+const LOGGED_MODEL_CHARS: usize = 64;
+
 impl ChatLog {
-    fn new(headers: &HeaderMap, dialect: &'static str, route: &'static str) -> Self {
+    fn new(
+        headers: &HeaderMap,
+        dialect: &'static str,
+        route: &'static str,
+        pipeline: Arc<Pipeline>,
+    ) -> Self {
         Self {
             request_id: request_id(headers),
             dialect,
@@ -310,6 +384,7 @@ impl ChatLog {
             stream_slot: None,
             upstream: Arc::default(),
             upstream_error: None,
+            pipeline,
         }
     }
 
@@ -359,9 +434,10 @@ impl Drop for ChatLog {
     fn drop(&mut self) {
         let total = self.started.elapsed();
         let ttft = self.first_token.map(|t| t - self.started);
+        let label = self.pipeline.model_label(&self.model);
         telemetry::ChatRequest {
             route: self.route,
-            model: telemetry::model_label(&self.model, self.status),
+            model: &label,
             status: self.status,
             total,
             ttft,
@@ -379,7 +455,7 @@ impl Drop for ChatLog {
             request_id = self.request_id,
             dialect = self.dialect,
             route = self.route,
-            model = self.model,
+            model = &*truncate(&self.model, LOGGED_MODEL_CHARS),
             stream = self.stream,
             status = self.status,
             outcome = self.outcome,
@@ -391,6 +467,14 @@ impl Drop for ChatLog {
             error = self.error,
             "chat request"
         );
+    }
+}
+
+/// At most `max` characters of `text`, marked when cut.
+fn truncate(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        None => std::borrow::Cow::Borrowed(text),
+        Some((at, _)) => std::borrow::Cow::Owned(format!("{}…", &text[..at])),
     }
 }
 

@@ -78,11 +78,22 @@ fn texts(input: Value, server: &ServerSettings) -> Result<Vec<String>, GatewayEr
 }
 
 /// Embeds with the configured embedder, checking the model name the client asked for.
+/// At most `server.max_concurrent_embeddings` requests embed at once (429 beyond); one
+/// whose client goes away stops at its next batch (the request's future is dropped).
 async fn embed(
     state: &AppState,
     model: &str,
     texts: &[String],
 ) -> Result<Vec<Vec<f32>>, GatewayError> {
+    let Ok(_slot) = state.embedding_slots.clone().try_acquire_owned() else {
+        metrics::counter!("assist_rate_limited_total", "limit" => "embeddings").increment(1);
+        let mut e = GatewayError::rate_limited(format!(
+            "{} embedding requests are already running (server.max_concurrent_embeddings); retry in a moment",
+            state.settings.server.max_concurrent_embeddings
+        ));
+        e.retry_after = Some(1);
+        return Err(e);
+    };
     let Some(embedder) = state.embedder.as_ref() else {
         return Err(GatewayError::model_not_found(model).with_message(format!(
             "no embedding model is served (embeddings.provider = \"none\"); '{model}' is not available"

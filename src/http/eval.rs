@@ -1,8 +1,9 @@
 //! `POST /v1/eval`: the reference's `EvaluateRAG` over HTTP. Request `{category, limit,
 //! index}` (all optional), response the `EvalResponse` JSON. The golden dataset is the
 //! file in `eval.dataset`. One evaluation at a time: another request meanwhile gets 409.
-//! The evaluation runs in its own task, so a client that goes away does not stop it; its
-//! reports are written under `data_dir/eval/<timestamp>` either way.
+//! The evaluation stops when its client goes away (nothing is written then); a finished
+//! one's reports are written under `data_dir/eval/<timestamp>`, the newest
+//! `eval.keep_reports` kept.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -55,6 +56,15 @@ impl Running {
     }
 }
 
+/// A task that is aborted when this is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         self.0.store(false, Ordering::SeqCst);
@@ -99,7 +109,9 @@ async fn run(state: AppState, req: EvalRequest) -> Result<EvalResponse, GatewayE
     })?;
     let judge = Judge::from_settings(&settings.judge, &settings.llm, &settings.assistant, None)
         .map_err(|e| GatewayError::internal(format!("judge settings: {e:#}")))?;
-    let task = tokio::spawn(async move {
+    // The evaluation runs in its own task, stopped when the request is dropped (its client
+    // went away).
+    let mut task = AbortOnDrop(tokio::spawn(async move {
         let _guard = guard;
         let evaluator = Evaluator {
             pipeline: &state.pipeline,
@@ -116,7 +128,10 @@ async fn run(state: AppState, req: EvalRequest) -> Result<EvalResponse, GatewayE
             .await;
         if let Ok(r) = &result {
             let dir = answers::default_out_dir(&settings.data_dir);
-            match answers::write_reports(&dir, r) {
+            let written = answers::write_reports(&dir, r).and_then(|()| {
+                answers::prune_reports(&settings.data_dir, settings.eval.keep_reports)
+            });
+            match written {
                 Ok(()) => tracing::info!(
                     questions = r.questions_evaluated,
                     seconds = r.elapsed_seconds,
@@ -130,8 +145,8 @@ async fn run(state: AppState, req: EvalRequest) -> Result<EvalResponse, GatewayE
             }
         }
         result
-    });
-    let result = task
+    }));
+    let result = (&mut task.0)
         .await
         .map_err(|e| GatewayError::internal(format!("the evaluation stopped: {e}")))?;
     let response = result.map_err(|e| {

@@ -17,6 +17,7 @@ mod ollama;
 mod openai;
 mod scrape;
 mod server;
+mod sites;
 mod state;
 mod tls;
 
@@ -45,6 +46,7 @@ static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub fn router(state: AppState) -> Router {
     telemetry::install();
     let guard = Guard {
+        sites: sites::Sites::from_settings(&state.settings.server),
         keys: auth::Keys::from_settings(&state.settings.server),
         limits: limits::Limits::from_settings(&state.settings.server),
         cors_origins: state.settings.server.cors_origins.clone(),
@@ -88,9 +90,11 @@ pub async fn serve(
     server::run(listener, router, options, shutdown).await
 }
 
-/// What stands around each dialect's routes, outermost first: the access log, CORS, the
-/// key check, the rate limits. Errors come in the dialect's shape.
+/// What stands around each dialect's routes, outermost first: the access log, the host
+/// and origin check, CORS, the key check, the rate limits. Errors come in the dialect's
+/// shape.
 struct Guard {
+    sites: Arc<sites::Sites>,
     keys: Arc<auth::Keys>,
     limits: Option<Arc<limits::Limits>>,
     cors_origins: Vec<String>,
@@ -110,6 +114,10 @@ impl Guard {
             ))
             // Outside the key check: browsers send preflights without credentials.
             .layer(cors(&self.cors_origins))
+            .layer(middleware::from_fn_with_state(
+                self.sites.clone(),
+                sites::guard::<D>,
+            ))
             .layer(middleware::from_fn(access_log))
     }
 }

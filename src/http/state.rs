@@ -18,6 +18,8 @@ pub struct AppState {
     pub started: chrono::DateTime<chrono::Utc>,
     /// Set while `POST /v1/eval` runs an evaluation (one at a time).
     pub eval_running: Arc<AtomicBool>,
+    /// Embedding requests served at once (`server.max_concurrent_embeddings`).
+    pub embedding_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -27,7 +29,11 @@ impl AppState {
         retriever: Arc<Retriever>,
         embedder: Option<Arc<dyn Embedder>>,
     ) -> Self {
+        let embedding_slots = Arc::new(tokio::sync::Semaphore::new(
+            settings.server.max_concurrent_embeddings,
+        ));
         Self {
+            embedding_slots,
             settings: Arc::new(settings),
             pipeline: Arc::new(pipeline),
             retriever,

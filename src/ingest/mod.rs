@@ -7,6 +7,7 @@
 //! run leaves a usable index and the next run picks up where it stopped.
 
 pub mod chunk;
+pub mod layout;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -50,11 +51,18 @@ impl Manifest {
         }
     }
 
-    /// Writes atomically (temp file, then rename).
+    /// Writes atomically and durably: a temporary file, synced, renamed over the old one,
+    /// the folder synced (a crash leaves the old manifest or the new, whole).
     pub fn save(&self, path: &Path) -> anyhow::Result<()> {
+        use std::io::Write;
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(&serde_json::to_vec_pretty(self)?)?;
+        file.sync_all()?;
         std::fs::rename(&tmp, path)?;
+        if let Some(dir) = path.parent() {
+            layout::sync_dir(dir)?;
+        }
         Ok(())
     }
 }

@@ -277,6 +277,9 @@ fn sse_chunks(
     }
 }
 
+/// Most tool calls one answer may hold; an upstream that numbers one beyond is broken.
+const MAX_TOOL_CALLS: usize = 128;
+
 #[derive(Default)]
 struct SseState {
     finish: Option<FinishReason>,
@@ -323,7 +326,19 @@ impl SseState {
             .and_then(Value::as_array)
         {
             for d in deltas {
-                let index = d.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                let index = d.get("index").and_then(Value::as_u64).unwrap_or(0);
+                // The index comes from the upstream: bound it before sizing anything by it.
+                let index = usize::try_from(index)
+                    .ok()
+                    .filter(|&i| i < MAX_TOOL_CALLS)
+                    .ok_or_else(|| {
+                        up.error(
+                            UpstreamErrorKind::Protocol,
+                            format!(
+                                "tool call index {index}: at most {MAX_TOOL_CALLS} calls in one answer"
+                            ),
+                        )
+                    })?;
                 if self.calls.len() <= index {
                     self.calls.resize(index + 1, Default::default());
                 }
@@ -392,6 +407,30 @@ mod tests {
             Duration::from_secs(1),
         )
         .unwrap()
+    }
+
+    /// An index of 2^40 asked for terabytes and aborted the process; u64::MAX wrapped and
+    /// panicked. Now the upstream's stream is invalid, and nothing is allocated for it.
+    #[test]
+    fn a_tool_call_index_from_the_upstream_is_bounded() {
+        let up = up();
+        for index in [
+            "128".to_string(),
+            (1u64 << 40).to_string(),
+            u64::MAX.to_string(),
+        ] {
+            let mut st = SseState::default();
+            let event = format!(
+                r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":{index},"id":"c","function":{{"name":"f","arguments":""}}}}]}},"finish_reason":null}}]}}"#
+            );
+            let e = st.read(&event, &up).unwrap_err();
+            assert_eq!(e.kind, UpstreamErrorKind::Protocol, "{index}");
+            assert!(e.detail.contains("at most 128"), "{}", e.detail);
+            assert!(st.calls.is_empty());
+        }
+        let mut st = SseState::default();
+        st.read(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":127,"id":"c","function":{"name":"f","arguments":""}}]},"finish_reason":null}]}"#, &up).unwrap();
+        assert_eq!(st.calls.len(), 128);
     }
 
     #[test]

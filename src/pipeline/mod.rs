@@ -11,6 +11,7 @@ pub mod classify;
 pub mod prompts;
 pub mod reformulate;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,7 @@ use crate::llm::{
     UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamProbe, UpstreamRequest, Usage,
 };
 use crate::retrieval::hybrid::{Retriever, Scored};
-use crate::sessions::{Held, Sessions, Turn};
+use crate::sessions::{Held, Owner, SessionKey, Sessions, Turn};
 use crate::telemetry::{self, UpstreamClock};
 use classify::{Classifier, ClassifyInput, QueryType};
 use prompts::Prompts;
@@ -156,7 +157,34 @@ pub struct Pipeline {
     sessions: Option<Arc<Sessions>>,
     /// The upstream model's context window, once it was learned.
     window: tokio::sync::OnceCell<usize>,
+    /// The upstream's model names, as it last listed them (passthrough).
+    upstream_models: std::sync::RwLock<KnownModels>,
 }
+
+/// Model names an upstream listed, and when.
+#[derive(Default)]
+struct KnownModels {
+    names: HashSet<String>,
+    listed: Option<Instant>,
+}
+
+/// How long a listing of the upstream's models is trusted before a name it lacks makes
+/// the gateway ask again.
+const MODEL_LIST_TTL: Duration = Duration::from_secs(60);
+
+/// Ollama options that make it load the model again (a client could force reloads of the
+/// shared upstream's model with them): not forwarded for the assistant.
+const LOAD_OPTIONS: &[&str] = &[
+    "num_batch",
+    "num_gpu",
+    "main_gpu",
+    "low_vram",
+    "vocab_only",
+    "use_mmap",
+    "use_mlock",
+    "num_thread",
+    "numa",
+];
 
 /// How a pipeline is set up (built from settings in `app`).
 pub struct PipelineConfig {
@@ -170,6 +198,8 @@ pub struct PipelineConfig {
     pub cite_sources: bool,
     /// Send the budgeted window as Ollama's `options.num_ctx`.
     pub send_num_ctx: bool,
+    /// Ollama's `keep_alive` for the assistant's requests (`llm.keep_alive`).
+    pub keep_alive: Option<String>,
     /// Longest wait for the next piece of an answer.
     pub idle_timeout: Duration,
 }
@@ -193,6 +223,7 @@ impl Pipeline {
             retriever: stages.retriever,
             sessions: stages.sessions,
             window: tokio::sync::OnceCell::new(),
+            upstream_models: std::sync::RwLock::default(),
         }
     }
 
@@ -224,20 +255,23 @@ impl Pipeline {
         }
     }
 
-    /// Runs a turn. Errors before the upstream accepted the request are returned here
-    /// (the client gets an HTTP error); later ones arrive as `Event::Error`.
-    pub async fn run(&self, turn: ChatTurn) -> Result<EventStream, GatewayError> {
-        self.run_timed(turn, Arc::default()).await
+    /// Runs a turn of `owner` (whose session `turn.session_id` names). Errors before the
+    /// upstream accepted the request are returned here (the client gets an HTTP error);
+    /// later ones arrive as `Event::Error`.
+    pub async fn run(&self, turn: ChatTurn, owner: &Owner) -> Result<EventStream, GatewayError> {
+        self.run_timed(turn, owner, Arc::default()).await
     }
 
     /// Like `run`, adding the time spent waiting on the upstream model to `clock`.
     pub async fn run_timed(
         &self,
         turn: ChatTurn,
+        owner: &Owner,
         clock: Arc<UpstreamClock>,
     ) -> Result<EventStream, GatewayError> {
         match self.route(&turn.request.model)? {
             Route::Passthrough => {
+                self.learn_models(&turn.request.model).await;
                 let prompt_estimate = estimate_tokens(&turn.request.input);
                 let chunks = clock.time(self.chat.stream(turn.request)).await?;
                 Ok(answer_events(
@@ -247,7 +281,7 @@ impl Pipeline {
                     None,
                 ))
             }
-            Route::Assistant => self.run_assistant(turn, clock).await,
+            Route::Assistant => self.run_assistant(turn, owner, clock).await,
         }
     }
 
@@ -256,6 +290,7 @@ impl Pipeline {
     async fn run_assistant(
         &self,
         turn: ChatTurn,
+        owner: &Owner,
         clock: Arc<UpstreamClock>,
     ) -> Result<EventStream, GatewayError> {
         let started = Instant::now();
@@ -271,9 +306,11 @@ impl Pipeline {
             .find(|m| m.role == Role::User)
             .map(|m| m.content.clone())
             .unwrap_or_default();
-        let (held, history) = self
-            .session(session_id.as_deref(), &messages, &editor)
-            .await;
+        let session = session_id.map(|id| SessionKey {
+            owner: owner.clone(),
+            id,
+        });
+        let (held, history) = self.session(session, &messages, &editor).await?;
         let conversation: Vec<Message> = history
             .iter()
             .chain(messages.iter().take(messages.len().saturating_sub(1)))
@@ -287,8 +324,13 @@ impl Pipeline {
             self.retrieve(&query, query_type, &conversation, selection, &clock)
                 .await
         };
-        // The window is the upstream's (asked once, then known).
+        // The window is the upstream's (asked once, then known), or less when the client
+        // asks for less (Ollama's num_ctx); never more.
         let window = clock.time(self.window()).await;
+        let asked = request.params.extra_options.get("num_ctx");
+        let window = asked
+            .and_then(Value::as_u64)
+            .map_or(window, |n| (n as usize).clamp(256, window));
         let answer_tokens = request
             .params
             .max_tokens
@@ -306,12 +348,15 @@ impl Pipeline {
         });
         request.model = self.config.upstream_model.clone();
         request.input = Input::Chat(assembled);
-        if self.config.send_num_ctx && !request.params.extra_options.contains_key("num_ctx") {
-            request
-                .params
-                .extra_options
-                .insert("num_ctx".into(), Value::from(window));
+        // The shared upstream's model is the gateway's to load: no reloads, no other
+        // keep_alive than the configured one, the window it was budgeted for.
+        let options = &mut request.params.extra_options;
+        options.retain(|k, _| !LOAD_OPTIONS.contains(&k.as_str()));
+        options.remove("num_ctx");
+        if self.config.send_num_ctx {
+            options.insert("num_ctx".into(), Value::from(window));
         }
+        request.params.keep_alive = self.config.keep_alive.clone().map(Value::String);
         let memory = match (held, &self.sessions) {
             (Some(held), Some(sessions)) => Some(Memory {
                 sessions: sessions.clone(),
@@ -324,18 +369,24 @@ impl Pipeline {
         self.generate(request, &hits, memory, clock, started).await
     }
 
-    /// Session: waits for the session's earlier turns to finish and loads its history,
-    /// unless the client sent its own conversation (any assistant message): the stored
-    /// one is for clients that send only the new message.
+    /// Session: waits for the session's earlier turns to finish (at most
+    /// `sessions.wait_secs`: 409 `session_busy` then) and loads its history, unless the
+    /// client sent its own conversation (any assistant message): the stored one is for
+    /// clients that send only the new message.
     async fn session(
         &self,
-        session_id: Option<&str>,
+        session: Option<SessionKey>,
         messages: &[Message],
         editor: &EditorContext,
-    ) -> (Option<Held>, Vec<Message>) {
+    ) -> Result<(Option<Held>, Vec<Message>), GatewayError> {
         let t = Instant::now();
-        let held = match (&self.sessions, session_id) {
-            (Some(sessions), Some(id)) if !id.trim().is_empty() => Some(sessions.hold(id).await),
+        let held = match (&self.sessions, session) {
+            (Some(sessions), Some(key)) if !key.id.is_empty() => {
+                Some(sessions.hold(key).await.map_err(|busy| {
+                    tracing::warn!(stage = "session", ms = ms(t), "the session is busy");
+                    GatewayError::session_busy(busy.to_string())
+                })?)
+            }
             _ => None,
         };
         let client_has_history = messages.iter().any(|m| m.role == Role::Assistant);
@@ -357,7 +408,7 @@ impl Pipeline {
             "stage"
         );
         telemetry::stage("session", t.elapsed());
-        (held, history)
+        Ok((held, history))
     }
 
     /// Classify: the query's type, and whether it refers to the code in the editor
@@ -539,16 +590,75 @@ impl Pipeline {
         }];
         if self.config.passthrough {
             match self.chat.models().await {
-                Ok(models) => out.extend(
-                    models
-                        .into_iter()
-                        .filter(|m| !self.is_assistant(&m.id))
-                        .map(ServedModel::Upstream),
-                ),
+                Ok(models) => {
+                    self.remember_models(&models);
+                    out.extend(
+                        models
+                            .into_iter()
+                            .filter(|m| !self.is_assistant(&m.id))
+                            .map(ServedModel::Upstream),
+                    )
+                }
                 Err(e) => tracing::warn!(error = %e, "could not list the upstream's models"),
             }
         }
         out
+    }
+
+    /// The metric label of a model a client named: the name itself when it is served
+    /// (the assistant, or a model the upstream listed, with passthrough), else `other`,
+    /// so that clients cannot make up label values.
+    pub fn model_label(&self, asked: &str) -> String {
+        if self.is_assistant(asked) || (self.config.passthrough && self.lists(asked)) {
+            asked.to_string()
+        } else {
+            "other".to_string()
+        }
+    }
+
+    /// Whether the upstream's last listing has this model (with or without `:latest`).
+    fn lists(&self, name: &str) -> bool {
+        let known = self
+            .upstream_models
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        let bare = name.strip_suffix(":latest").unwrap_or(name);
+        known.names.contains(name)
+            || known.names.contains(bare)
+            || known.names.contains(&format!("{bare}:latest"))
+    }
+
+    fn remember_models(&self, models: &[UpstreamModel]) {
+        let mut known = self
+            .upstream_models
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        known.names = models.iter().map(|m| m.id.clone()).collect();
+        known.listed = Some(Instant::now());
+    }
+
+    /// Lists the upstream's models again when `name` is not among those it listed and the
+    /// listing is older than a minute (at most once a minute).
+    async fn learn_models(&self, name: &str) {
+        let stale = {
+            let known = self
+                .upstream_models
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
+            known.listed.is_none_or(|at| at.elapsed() > MODEL_LIST_TTL)
+        };
+        if stale && !self.lists(name) {
+            if let Ok(models) = self.chat.models().await {
+                self.remember_models(&models);
+            } else {
+                // Not again for a minute.
+                let mut known = self
+                    .upstream_models
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner());
+                known.listed = Some(Instant::now());
+            }
+        }
     }
 
     /// One served model by name, or 404.
@@ -560,6 +670,7 @@ impl Pipeline {
         }
         self.route(name)?;
         let models = self.chat.models().await?;
+        self.remember_models(&models);
         models
             .into_iter()
             .find(|m| m.id == name || m.id.strip_suffix(":latest") == Some(name))

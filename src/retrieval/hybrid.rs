@@ -2,7 +2,9 @@
 //! document type for definition questions, deduplicated, cut to `top_k`. When the
 //! embedder or the vector store fails, BM25 answers alone and readiness says why.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -61,6 +63,8 @@ pub struct Retriever {
     /// Languages the embedder reads well.
     embed_langs: Vec<Lang>,
     degraded: Mutex<Option<String>>,
+    /// Why there is no index where one should be.
+    missing: Option<String>,
 }
 
 impl Retriever {
@@ -76,7 +80,15 @@ impl Retriever {
             settings,
             embed_langs,
             degraded: Mutex::new(None),
+            missing: None,
         }
+    }
+
+    /// The same retriever over an index that should be there and is not: readiness says
+    /// why.
+    pub fn missing_index(mut self, why: String) -> Self {
+        self.missing = Some(why);
+        self
     }
 
     pub fn dense_state(&self) -> DenseState {
@@ -94,6 +106,9 @@ impl Retriever {
         use serde_json::json;
         let secs = wait.as_secs_f64();
         let lexical_index = match tokio::time::timeout(wait, self.lexical_len()).await {
+            _ if self.missing.is_some() => {
+                json!({"status": "degraded", "chunks": 0, "reason": self.missing})
+            }
             Ok(Ok(0)) => {
                 json!({"status": "degraded", "chunks": 0, "reason": "the knowledge base is empty: run `assist-gateway ingest PATH`"})
             }
@@ -220,6 +235,8 @@ impl Retriever {
     }
 
     async fn found(&self, query: &str, mode: Mode, top: usize) -> anyhow::Result<Found> {
+        let query = bounded(query, self.settings.max_query_chars);
+        let query = query.as_ref();
         let lang = Lang::detect(query);
         let weights = self.weights(mode, lang);
         // No embedding call when the dense list would not count.
@@ -243,6 +260,8 @@ impl Retriever {
         mode: Mode,
         top: usize,
     ) -> anyhow::Result<Vec<Scored>> {
+        let query = bounded(query, self.settings.max_query_chars);
+        let query = query.as_ref();
         let lang = Lang::detect(query);
         let weights = self.weights(mode, lang);
         self.search_prepared(query, lang, vector, weights, top, None)
@@ -282,7 +301,17 @@ impl Retriever {
             let started = Instant::now();
             let index = self.lexical.clone();
             let q = query.to_string();
-            let hits = tokio::task::spawn_blocking(move || index.search(&q, lang, n)).await?;
+            // A request dropped (its client gone) before the search started skips it.
+            let wanted = Arc::new(AtomicBool::new(true));
+            let _dropped = ClearOnDrop(wanted.clone());
+            let hits = tokio::task::spawn_blocking(move || {
+                if wanted.load(Ordering::Relaxed) {
+                    index.search(&q, lang, n)
+                } else {
+                    Ok(Vec::new())
+                }
+            })
+            .await?;
             telemetry::retrieval("lexical", started.elapsed());
             hits
         };
@@ -409,6 +438,32 @@ impl Retriever {
     }
 }
 
+/// What a search reads of a query: all of it up to `max` characters, else its first and
+/// last `max / 2` (a question's own words sit at the end of a message that carries pasted
+/// code before it, or at its start before a pasted log).
+pub fn bounded(query: &str, max: usize) -> Cow<'_, str> {
+    let Some((cut, _)) = query.char_indices().nth(max) else {
+        return Cow::Borrowed(query);
+    };
+    let head = &query[..query.char_indices().nth(max / 2).map_or(cut, |(i, _)| i)];
+    let tail_chars = max - max / 2;
+    let tail_from = query
+        .char_indices()
+        .rev()
+        .nth(tail_chars.saturating_sub(1))
+        .map_or(0, |(i, _)| i);
+    Cow::Owned(format!("{head} {}", &query[tail_from..]))
+}
+
+/// Sets its flag to false when dropped.
+struct ClearOnDrop(Arc<AtomicBool>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
 /// "What is …", "define …", "qué es …": questions that want a definition, which
 /// specifications and prose answer better than raw code.
 pub fn is_definition_question(query: &str) -> bool {
@@ -442,6 +497,19 @@ pub fn is_definition_question(query: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_queries_are_read_by_their_ends() {
+        assert_eq!(bounded("short question", 100), "short question");
+        let long = format!("START {} the real question END", "x ".repeat(5000));
+        let b = bounded(&long, 60);
+        assert!(b.starts_with("START"), "{b}");
+        assert!(b.ends_with("the real question END"), "{b}");
+        assert!(b.chars().count() <= 61);
+        // Characters, not bytes: a multi-byte text is cut on its boundaries.
+        let accents = "ñ".repeat(1000);
+        assert_eq!(bounded(&accents, 10).chars().count(), 11);
+    }
 
     #[test]
     fn definition_questions() {

@@ -321,7 +321,7 @@ async fn slow_clients_cannot_hold_connections() {
 
     // Sends half its headers, then stalls.
     let mut slow = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
-    slow.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Ty")
+    slow.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Ty")
         .await
         .unwrap();
     let answer = read_to_close(&mut slow).await;
@@ -334,7 +334,7 @@ async fn slow_clients_cannot_hold_connections() {
     for path in ["/v1/chat/completions", "/api/chat"] {
         let mut tcp = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
         let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{{\"model\":"
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{{\"model\":"
         );
         tcp.write_all(head.as_bytes()).await.unwrap();
         let answer = read_to_close(&mut tcp).await;
@@ -402,6 +402,7 @@ async fn tls_serves_http1_and_http2_streams() {
     let gw = Gateway::start(&up, Provider::Ollama, |s| {
         s.server.tls_cert = Some(tls.cert.clone());
         s.server.tls_key = Some(tls.key.clone());
+        s.server.allowed_hosts = vec!["gateway.test".into()];
         s.server.api_keys = vec!["sk-tls".into()];
     })
     .await;
@@ -437,6 +438,7 @@ async fn tls_serves_http1_and_http2_streams() {
     let gw_fast = Gateway::start(&up, Provider::Ollama, |s| {
         s.server.tls_cert = Some(tls.cert.clone());
         s.server.tls_key = Some(tls.key.clone());
+        s.server.allowed_hosts = vec!["gateway.test".into()];
         s.server.header_read_timeout = std::time::Duration::from_secs(1);
     })
     .await;
@@ -456,6 +458,7 @@ async fn tls_shutdown_lets_open_streams_finish() {
     let gw = Gateway::start(&up, Provider::Ollama, |s| {
         s.server.tls_cert = Some(tls.cert.clone());
         s.server.tls_key = Some(tls.key.clone());
+        s.server.allowed_hosts = vec!["gateway.test".into()];
     })
     .await;
     let c = tls_client(&tls, &gw, false);

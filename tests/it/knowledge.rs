@@ -6,12 +6,13 @@ use std::path::{Path, PathBuf};
 
 use crate::support::*;
 use assist_gateway::app::{open_knowledge, retriever};
-use assist_gateway::config::{EmbeddingProvider, Settings};
-use assist_gateway::ingest::{chunk::ChunkConfig, DenseSink, Ingestor, Quiet};
+use assist_gateway::config::{EmbeddingProvider, Provider, Settings};
+use assist_gateway::ingest::Quiet;
 use assist_gateway::retrieval::edge::EdgeStore;
 use assist_gateway::retrieval::hybrid::{DenseState, Mode};
 use assist_gateway::retrieval::qdrant_server::QdrantServerStore;
 use assist_gateway::retrieval::{DocType, KnowledgeChunk, VectorPoint, VectorStore};
+use serde_json::json;
 
 fn chunk(id: &str, file: &str, doc_type: DocType, text: &str) -> KnowledgeChunk {
     KnowledgeChunk {
@@ -180,22 +181,10 @@ fn settings_with_embedder(data: &Path, embed_url: &str) -> Settings {
     s
 }
 
-async fn ingest(
-    settings: &Settings,
-    index: &Path,
-    roots: &[PathBuf],
-) -> assist_gateway::ingest::Summary {
-    let knowledge = open_knowledge(settings, index, true).unwrap();
-    let ingestor = Ingestor {
-        lexical: knowledge.lexical,
-        dense: knowledge
-            .dense
-            .map(|(embedder, store)| DenseSink { embedder, store }),
-        chunking: ChunkConfig::default(),
-        max_file_bytes: 1 << 20,
-        manifest_path: index.join("manifest.json"),
-    };
-    ingestor.run(roots, &Quiet).await.unwrap()
+async fn ingest(settings: &Settings, roots: &[PathBuf]) -> assist_gateway::ingest::Summary {
+    assist_gateway::app::ingest(settings, roots, false, &Quiet)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -204,7 +193,6 @@ async fn incremental_ingest_follows_edits_and_deletions() {
     let data = tempfile::tempdir().unwrap();
     let docs = tempfile::tempdir().unwrap();
     let settings = settings_with_embedder(data.path(), &up.root());
-    let index = data.path().join("index");
     std::fs::write(
         docs.path().join("guide.md"),
         "# Guide\nInstall with the installer.\n",
@@ -220,7 +208,7 @@ async fn incremental_ingest_follows_edits_and_deletions() {
     std::fs::write(docs.path().join("secret.md"), "# Secret\nDo not index.\n").unwrap();
     let roots = vec![docs.path().to_path_buf()];
 
-    let first = ingest(&settings, &index, &roots).await;
+    let first = ingest(&settings, &roots).await;
     assert_eq!(
         (first.files_indexed, first.chunks_total),
         (2, 2),
@@ -233,7 +221,7 @@ async fn incremental_ingest_follows_edits_and_deletions() {
     );
     let embed_calls = up.requests().len();
 
-    let again = ingest(&settings, &index, &roots).await;
+    let again = ingest(&settings, &roots).await;
     assert_eq!((again.files_indexed, again.files_unchanged), (0, 2));
     assert_eq!(
         up.requests().len(),
@@ -247,14 +235,14 @@ async fn incremental_ingest_follows_edits_and_deletions() {
     )
     .unwrap();
     std::fs::remove_file(docs.path().join("notes.md")).unwrap();
-    let third = ingest(&settings, &index, &roots).await;
+    let third = ingest(&settings, &roots).await;
     assert_eq!(
         (third.files_indexed, third.files_removed, third.chunks_total),
         (1, 1, 1),
         "{third:?}"
     );
 
-    let r = retriever(&settings, open_knowledge(&settings, &index, false).unwrap());
+    let r = retriever(&settings, open_knowledge(&settings).unwrap());
     let hits = r.search("containers deploy", Mode::Lexical).await.unwrap();
     assert_eq!(hits.len(), 1);
     assert!(hits[0].chunk.text.contains("containers"));
@@ -281,11 +269,10 @@ async fn example_knowledge_is_searchable_in_both_languages_and_by_identifier() {
     let up = ScriptedUpstream::start().await;
     let data = tempfile::tempdir().unwrap();
     let settings = settings_with_embedder(data.path(), &up.root());
-    let index = data.path().join("index");
     let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/knowledge"));
-    let summary = ingest(&settings, &index, &[root]).await;
+    let summary = ingest(&settings, &[root]).await;
     assert!(summary.files_indexed >= 15, "{summary:?}");
-    let r = retriever(&settings, open_knowledge(&settings, &index, false).unwrap());
+    let r = retriever(&settings, open_knowledge(&settings).unwrap());
     let first_file =
         |hits: &[assist_gateway::retrieval::hybrid::Scored]| hits[0].chunk.source_file.clone();
     let es = r
@@ -326,15 +313,14 @@ async fn bm25_answers_alone_when_the_embedder_is_down() {
     )
     .unwrap();
     let settings = settings_with_embedder(data.path(), &up.root());
-    let index = data.path().join("index");
-    ingest(&settings, &index, &[docs.path().to_path_buf()]).await;
+    ingest(&settings, &[docs.path().to_path_buf()]).await;
 
     // Serve with an embedder that no longer answers.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
     let down = settings_with_embedder(data.path(), &dead);
-    let r = retriever(&down, open_knowledge(&down, &index, false).unwrap());
+    let r = retriever(&down, open_knowledge(&down).unwrap());
     let hits = r
         .search("registerEndpoint route", Mode::Hybrid)
         .await
@@ -392,7 +378,7 @@ async fn rebuild_swaps_in_a_fresh_index_and_a_failed_one_changes_nothing() {
     assert_eq!(s.chunks_total, 1);
     let index = settings.index_dir();
     {
-        let r = retriever(&settings, open_knowledge(&settings, &index, false).unwrap());
+        let r = retriever(&settings, open_knowledge(&settings).unwrap());
         assert!(r.search("alpha", Mode::Lexical).await.unwrap().is_empty());
         assert_eq!(r.search("charlie", Mode::Lexical).await.unwrap().len(), 1);
     }
@@ -405,10 +391,50 @@ async fn rebuild_swaps_in_a_fresh_index_and_a_failed_one_changes_nothing() {
     assert!(assist_gateway::app::ingest(&broken, &roots, true, &Quiet)
         .await
         .is_err());
-    assert!(
-        !index.with_extension("rebuild").exists(),
-        "the half-built index is cleaned up"
+    let versions: Vec<_> = std::fs::read_dir(&index)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("v-"))
+        .collect();
+    assert_eq!(
+        versions.len(),
+        1,
+        "the half-built index is cleaned up: {versions:?}"
     );
-    let r = retriever(&settings, open_knowledge(&settings, &index, false).unwrap());
+    let r = retriever(&settings, open_knowledge(&settings).unwrap());
     assert_eq!(r.search("charlie", Mode::Lexical).await.unwrap().len(), 1);
+}
+
+/// An index that should be there and is not (its version folder gone) is reported by
+/// `/ready`, and the gateway answers without knowledge; it never opens an empty index in
+/// its place as if nothing were wrong.
+#[tokio::test]
+async fn a_missing_index_is_reported_never_replaced_silently() {
+    let up = ScriptedUpstream::start().await;
+    let (settings, data) = test_settings(&up, Provider::Ollama, true, |_| {}).await;
+    let index = settings.index_dir();
+    let live = std::fs::read_to_string(index.join("CURRENT")).unwrap();
+    std::fs::remove_dir_all(index.join(live.trim())).unwrap();
+    let gw = Gateway::with_settings(settings).await;
+    let (status, ready) = get_json(&gw.url("/ready")).await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["status"], "degraded", "{ready}");
+    let lexical = &ready["checks"]["lexical_index"];
+    assert_eq!(lexical["status"], "degraded", "{ready}");
+    let reason = lexical["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(live.trim()) && reason.contains("--rebuild"),
+        "{reason}"
+    );
+    assert!(
+        !index.join(live.trim()).exists(),
+        "nothing was created in its place"
+    );
+    let (status, _, text) = post(
+        &gw.url("/v1/chat/completions"),
+        json!({"model": "brunix", "messages": [{"role": "user", "content": "How do I deploy?"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "answers without knowledge: {text}");
+    drop(data);
 }

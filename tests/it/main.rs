@@ -31,3 +31,4 @@ mod openai_api;
 mod operations;
 mod python_clients;
 mod real_model;
+mod security;

@@ -196,7 +196,7 @@ async fn chat_requests_in_both_dialects_are_counted() {
     .await;
     assert_eq!(status, 200, "{text}");
 
-    // A model nobody serves: counted, without its name as a label.
+    // A model nobody serves: counted as `other`, without its name as a label.
     let (status, _, _) = post(
         &gw.url(CHAT),
         json!({"model": "no-such-model-x1", "messages": user("hi")}),
@@ -238,7 +238,7 @@ async fn chat_requests_in_both_dialects_are_counted() {
     assert_eq!(
         d(
             "assist_requests_total",
-            &[("route", CHAT), ("model", ""), ("status", "404")]
+            &[("route", CHAT), ("model", "other"), ("status", "404")]
         ),
         1.0
     );

@@ -260,14 +260,14 @@ async fn cors_for_browser_uis_with_preflights_that_need_no_key() {
         r.headers()["access-control-allow-origin"],
         "https://chat.example.com"
     );
-    // The key is still required for the real request; other origins get no CORS grant.
+    // Other origins get no CORS grant, and no answer: refused before the key is asked.
     let r = client()
         .get(gw.url("/v1/models"))
         .header("Origin", "https://evil.example")
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 401);
+    assert_eq!(r.status(), 403);
     assert!(r.headers().get("access-control-allow-origin").is_none());
     // An allowed origin without its key can read the 401, to tell its user why.
     let r = client()
@@ -309,13 +309,23 @@ async fn cors_for_browser_uis_with_preflights_that_need_no_key() {
     }
     assert_eq!(statuses, [200, 429]);
 
-    // Off by default: no CORS headers at all.
+    // Off by default: no CORS headers at all (a page of this machine is answered; one of
+    // another site is refused).
     let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
+    let r = client()
+        .get(gw.url("/api/tags"))
+        .header("Origin", "http://localhost:3000")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("access-control-allow-origin").is_none());
     let r = client()
         .get(gw.url("/api/tags"))
         .header("Origin", "https://chat.example.com")
         .send()
         .await
         .unwrap();
+    assert_eq!(r.status(), 403);
     assert!(r.headers().get("access-control-allow-origin").is_none());
 }

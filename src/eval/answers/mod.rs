@@ -304,7 +304,12 @@ impl Evaluator<'_> {
             id: g.id.clone(),
             error,
         };
-        let events = self.pipeline.run(turn).await.map_err(failed)?;
+        // No session: the owner does not matter.
+        let events = self
+            .pipeline
+            .run(turn, &crate::sessions::Owner::shared())
+            .await
+            .map_err(failed)?;
         let answer = crate::pipeline::collect(events).await.map_err(failed)?;
         Ok((answer.text, answer.sources.unwrap_or_default()))
     }
@@ -685,6 +690,25 @@ pub fn write_reports(dir: &Path, response: &EvalResponse) -> anyhow::Result<()> 
     let html = dir.join("report.html");
     std::fs::write(&html, report::html(response))
         .with_context(|| format!("cannot write {}", html.display()))?;
+    Ok(())
+}
+
+/// Deletes the oldest report folders under `data_dir/eval` beyond the newest `keep`.
+pub fn prune_reports(data_dir: &Path, keep: usize) -> anyhow::Result<()> {
+    let root = data_dir.join("eval");
+    let mut dirs: Vec<std::path::PathBuf> = match std::fs::read_dir(&root) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_dir())
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("cannot list {}", root.display())),
+    };
+    // The folders are named by their UTC time, so their names sort by age.
+    dirs.sort();
+    for old in dirs.iter().take(dirs.len().saturating_sub(keep)) {
+        std::fs::remove_dir_all(old).with_context(|| format!("cannot delete {}", old.display()))?;
+    }
     Ok(())
 }
 

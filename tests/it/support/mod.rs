@@ -54,6 +54,11 @@ pub enum Reply {
     /// Streams these pieces at once, goes silent for the duration, then sends "late"
     /// and finishes.
     StallAfter(Vec<String>, Duration),
+    /// Answers 200 with this content type and exactly this body (e.g. hand-made SSE).
+    Raw {
+        content_type: &'static str,
+        body: String,
+    },
     /// Answers with this status, body and a `Retry-After: {retry_after}` header.
     RetryAfter {
         status: u16,
@@ -91,6 +96,8 @@ struct Shared {
     completed: AtomicUsize,
     /// A model served besides `UPSTREAM_MODEL` (see `serve_model`).
     also_serves: Mutex<Option<String>>,
+    /// How long each embedding request takes (see `slow_embeddings`).
+    embed_delay: Mutex<Duration>,
 }
 
 impl Shared {
@@ -163,6 +170,11 @@ impl ScriptedUpstream {
         *self.shared.default.lock().unwrap() = Some(reply);
     }
 
+    /// Each embedding request takes this long to answer.
+    pub fn slow_embeddings(&self, delay: Duration) {
+        *self.shared.embed_delay.lock().unwrap() = delay;
+    }
+
     /// Serves `model` too (chat and generate requests for it are answered, not 404).
     pub fn serve_model(&self, model: &str) {
         *self.shared.also_serves.lock().unwrap() = Some(model.to_string());
@@ -214,6 +226,10 @@ async fn embed(
     body: Bytes,
 ) -> Response {
     let body = shared.record(&uri, headers, &body);
+    let delay = *shared.embed_delay.lock().unwrap();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     if let Some(Reply::Status { status, body }) = shared.script.lock().unwrap().pop_front() {
         return Response::builder()
             .status(status)
@@ -413,6 +429,12 @@ async fn handle(
         Reply::HangBeforeHeaders(d) => {
             tokio::time::sleep(d).await;
         }
+        Reply::Raw { content_type, body } => {
+            return Response::builder()
+                .header("content-type", content_type)
+                .body(Body::from(body))
+                .unwrap()
+        }
         Reply::RetryAfter {
             status,
             body,
@@ -452,7 +474,7 @@ async fn handle(
             Reply::ErrorAfter(t, m) => (t, Duration::ZERO, End::Error(m)),
             Reply::Endless(d) => (vec![], d, End::Endless),
             Reply::StallAfter(t, d) => (t, Duration::ZERO, End::Stall(d)),
-            Reply::Status { .. } | Reply::HangBeforeHeaders(_) | Reply::RetryAfter { .. } => (vec!["late".into()], Duration::ZERO, End::Finish("stop")),
+            Reply::Status { .. } | Reply::HangBeforeHeaders(_) | Reply::RetryAfter { .. } | Reply::Raw { .. } => (vec!["late".into()], Duration::ZERO, End::Finish("stop")),
         };
         if let Some(first) = w.opening() {
             yield Ok::<Bytes, std::io::Error>(first);
@@ -1083,4 +1105,78 @@ pub fn gateway_binary() -> std::path::PathBuf {
         .parent()
         .unwrap()
         .join("assist-gateway")
+}
+
+/// A real `redis-server` (Debian's package, installed by scripts/system-deps.sh) on a free
+/// port, stopped when dropped. `None` (the test says it was skipped) when it is missing,
+/// outside CI.
+pub struct RedisServer {
+    child: std::process::Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    pub fn start() -> Option<Self> {
+        let binary = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
+            .into_iter()
+            .find(|p| Path::new(p).exists());
+        let Some(binary) = binary else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "redis-server is missing: scripts/system-deps.sh installs it"
+            );
+            eprintln!("SKIPPED: redis-server is not installed");
+            return None;
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let child = std::process::Command::new(binary)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let server = Self {
+            child,
+            port,
+            _dir: dir,
+        };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(server);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("redis-server did not start");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every message text the upstream was given in one request, in order.
+pub fn prompt_text(r: &Recorded) -> String {
+    r.body["messages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .map(|m| m["content"].as_str().unwrap_or("").to_string())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_else(|| r.body["prompt"].as_str().unwrap_or("").to_string())
 }
