@@ -6,6 +6,7 @@
 //! finished, or dropped by a client that went away); every other route is logged by the
 //! access-log middleware.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -208,96 +209,147 @@ fn whole<R: Render>(render: &R, answer: &Answer, mut log: ChatLog) -> Response {
     response
 }
 
-/// How many rendered pieces wait for a client that reads slowly, beyond what the server's
-/// and the kernel's buffers hold.
-const STREAM_QUEUE: usize = 8;
-
-/// A streamed answer: the pipeline's events are rendered by a task of their own into a
-/// short queue the response body reads from. A client that takes nothing for
-/// `write_timeout` (its buffers full) ends the answer like one that went away: the
-/// upstream request is cancelled, what was streamed is saved to the session, the stream
-/// slot and the session are freed.
-fn stream<R: Render>(
-    events: EventStream,
-    render: R,
-    log: ChatLog,
-    write_timeout: Duration,
-) -> impl futures::Stream<Item = Bytes> {
-    let (tx, rx) = tokio::sync::mpsc::channel(STREAM_QUEUE);
-    tokio::spawn(pump(events, render, log, tx, write_timeout));
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) })
-}
-
-/// Renders the events into `tx`; an error mid-stream is the dialect's error event, then
-/// the end.
-async fn pump<R: Render>(
+/// Pipeline events as the dialect renders them; an error mid-stream is the dialect's
+/// error event, then the end.
+fn rendered<R: Render>(
     mut events: EventStream,
     mut render: R,
     mut log: ChatLog,
-    tx: tokio::sync::mpsc::Sender<Bytes>,
-    write_timeout: Duration,
-) {
-    if let Some(opening) = render.opening() {
-        if !send(&tx, opening, write_timeout, &mut log).await {
-            return;
+) -> impl futures::Stream<Item = Bytes> + Send {
+    async_stream::stream! {
+        if let Some(opening) = render.opening() {
+            yield opening;
         }
-    }
-    let mut sources = None;
-    while let Some(event) = events.next().await {
-        let (bytes, last) = match event {
-            Event::Sources(s) => {
-                sources = Some(s);
-                continue;
+        let mut sources = None;
+        while let Some(event) = events.next().await {
+            match event {
+                Event::Sources(s) => sources = Some(s),
+                Event::Delta(text) => {
+                    log.delta();
+                    yield render.delta(&text);
+                }
+                Event::ToolCalls(calls) => {
+                    log.delta();
+                    yield render.tool_calls(&calls);
+                }
+                Event::Done { finish, usage } => {
+                    log.done(usage);
+                    yield render.end(End {
+                        finish,
+                        usage,
+                        sources: sources.as_deref(),
+                        timing: log.timing(),
+                    });
+                    return;
+                }
+                Event::Error(e) => {
+                    log.failed(&e, true);
+                    yield render.error(&e);
+                    return;
+                }
             }
-            Event::Delta(text) => {
-                log.delta();
-                (render.delta(&text), false)
-            }
-            Event::ToolCalls(calls) => {
-                log.delta();
-                (render.tool_calls(&calls), false)
-            }
-            Event::Done { finish, usage } => {
-                log.done(usage);
-                let end = End {
-                    finish,
-                    usage,
-                    sources: sources.as_deref(),
-                    timing: log.timing(),
-                };
-                (render.end(end), true)
-            }
-            Event::Error(e) => {
-                log.failed(&e, true);
-                (render.error(&e), true)
-            }
-        };
-        if !send(&tx, bytes, write_timeout, &mut log).await || last {
-            return;
         }
     }
 }
 
-/// Queues one piece for the client; `false` when the client is gone, or took nothing for
-/// `write_timeout` (then the stream stops: the caller drops the events).
-async fn send(
-    tx: &tokio::sync::mpsc::Sender<Bytes>,
-    bytes: Bytes,
-    write_timeout: Duration,
-    log: &mut ChatLog,
-) -> bool {
-    match tokio::time::timeout(write_timeout, tx.send(bytes)).await {
-        Ok(Ok(())) => true,
-        Ok(Err(_)) => false,
-        Err(_) => {
-            tracing::warn!(
-                write_timeout_secs = write_timeout.as_secs(),
-                "the client took nothing for the write timeout: stream ended"
-            );
-            log.outcome = "client_too_slow";
-            false
+type Rendering = std::pin::Pin<Box<dyn futures::Stream<Item = Bytes> + Send>>;
+
+/// A streamed answer the client must keep taking. The server takes a piece from the body
+/// only when it can write it; a piece that waits longer than `write_timeout` to be taken
+/// means the client stopped reading (its buffers are full). A watchdog then drops the
+/// answer, as for a client that went away: the upstream request is cancelled, what was
+/// streamed is saved to the session, the stream slot and the session are freed.
+struct Watched {
+    slot: Arc<std::sync::Mutex<WatchedSlot>>,
+}
+
+struct WatchedSlot {
+    /// `None` once the answer ended, or was dropped by the watchdog.
+    rendering: Option<Rendering>,
+    /// When the last piece was handed over and not yet followed by another poll.
+    handed: Option<Instant>,
+}
+
+impl Watched {
+    fn new(rendering: Rendering, write_timeout: Duration, too_slow: Arc<AtomicBool>) -> Self {
+        let slot = Arc::new(std::sync::Mutex::new(WatchedSlot {
+            rendering: Some(rendering),
+            handed: None,
+        }));
+        let watched = Arc::downgrade(&slot);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(write_timeout / 4);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(slot) = watched.upgrade() else { return };
+                let dropped = {
+                    let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+                    match slot.handed {
+                        _ if slot.rendering.is_none() => return,
+                        Some(at) if at.elapsed() > write_timeout => {
+                            too_slow.store(true, Ordering::Relaxed);
+                            slot.rendering.take()
+                        }
+                        _ => None,
+                    }
+                };
+                if dropped.is_some() {
+                    tracing::warn!(
+                        write_timeout_secs = write_timeout.as_secs(),
+                        "the client took nothing for the write timeout: stream ended"
+                    );
+                    // Dropped here, outside the lock: the answer's own cleanup runs now.
+                    drop(dropped);
+                    return;
+                }
+            }
+        });
+        Self { slot }
+    }
+}
+
+impl futures::Stream for Watched {
+    type Item = Bytes;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Bytes>> {
+        use std::task::Poll;
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        slot.handed = None;
+        let Some(rendering) = slot.rendering.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match rendering.as_mut().poll_next(cx) {
+            Poll::Ready(Some(bytes)) => {
+                slot.handed = Some(Instant::now());
+                Poll::Ready(Some(bytes))
+            }
+            Poll::Ready(None) => {
+                slot.rendering = None;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
         }
     }
+}
+
+/// The streamed answer's body.
+fn stream<R: Render>(
+    events: EventStream,
+    render: R,
+    mut log: ChatLog,
+    write_timeout: Duration,
+) -> Watched {
+    let too_slow = Arc::new(AtomicBool::new(false));
+    log.too_slow = Some(too_slow.clone());
+    Watched::new(
+        Box::pin(rendered(events, render, log)),
+        write_timeout,
+        too_slow,
+    )
 }
 
 /// A streamed body with the given content type, counted as an open stream while it lives.
@@ -355,6 +407,8 @@ struct ChatLog {
     upstream_error: Option<&'static str>,
     /// Which model names are served (the metric label of any other is `other`).
     pipeline: Arc<Pipeline>,
+    /// Set when the stream was dropped because its client stopped reading.
+    too_slow: Option<Arc<AtomicBool>>,
 }
 
 /// Longest model name a log line shows (a client may send any string).
@@ -385,6 +439,7 @@ impl ChatLog {
             upstream: Arc::default(),
             upstream_error: None,
             pipeline,
+            too_slow: None,
         }
     }
 
@@ -432,6 +487,9 @@ impl ChatLog {
 
 impl Drop for ChatLog {
     fn drop(&mut self) {
+        if self.too_slow.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)) {
+            self.outcome = "client_too_slow";
+        }
         let total = self.started.elapsed();
         let ttft = self.first_token.map(|t| t - self.started);
         let label = self.pipeline.model_label(&self.model);
