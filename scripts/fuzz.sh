@@ -9,7 +9,8 @@
 #
 # The build goes to ~/.cache/assist-gateway/fuzz-target (its own: every crate is
 # instrumented); the corpus each run grows and any crash input go to
-# ~/.cache/assist-gateway/fuzz/. The seeds in fuzz/corpus/TARGET are read, never written.
+# ~/.cache/assist-gateway/fuzz/. The seeds in fuzz/corpus/TARGET and the kept crash inputs
+# in fuzz/regressions/TARGET are read, never written.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 budget="${1:-30s}"
@@ -46,7 +47,9 @@ for target in "${targets[@]}"; do
   mkdir -p "$corpus" "$artifacts" "$(dirname "$log")"
   echo "fuzz: $target for ${budget} ..." >&2
   # New inputs go to the first corpus folder (the cache); the seeds are only read.
-  if "$cargo_fuzz" fuzz run "${flags[@]}" "$target" "$corpus" "fuzz/corpus/$target" -- \
+  seeds=("fuzz/corpus/$target")
+  if [ -d "fuzz/regressions/$target" ]; then seeds+=("fuzz/regressions/$target"); fi
+  if "$cargo_fuzz" fuzz run "${flags[@]}" "$target" "$corpus" "${seeds[@]}" -- \
       -dict=fuzz/requests.dict -artifact_prefix="$artifacts/" -timeout=10 \
       -print_final_stats=1 "${limit[@]}" >"$log" 2>&1; then
     runs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")"

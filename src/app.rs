@@ -111,6 +111,7 @@ pub async fn ingest(
     progress: &dyn Progress,
 ) -> anyhow::Result<Summary> {
     let root = IndexRoot::new(&settings.index_dir());
+    let _writing = root.exclusive()?;
     let target = if rebuild {
         root.new_version()?
     } else {

@@ -415,31 +415,16 @@ impl Settings {
     pub fn validate(&self) -> Result<(), SettingsError> {
         self.server.validate()?;
         self.assistant.validate()?;
-        check(
-            !self.classifier.timeout.is_zero() && !self.reformulator.timeout.is_zero(),
-            "classifier.timeout_ms / reformulator.timeout_ms",
-            "must be at least 1",
-        )?;
+        self.classifier.validate()?;
+        self.reformulator.validate()?;
         self.sessions.validate()?;
         self.llm.validate()?;
         self.embeddings.validate()?;
-        check(
-            !self.qdrant.collection.trim().is_empty(),
-            "qdrant.collection",
-            "must not be empty",
-        )?;
+        self.qdrant.validate()?;
         self.retrieval.validate()?;
-        check(
-            self.ingest.chunk_chars >= 200 && self.ingest.overlap_chars < self.ingest.chunk_chars,
-            "ingest.chunk_chars / ingest.overlap_chars",
-            "chunk_chars must be at least 200 and larger than overlap_chars",
-        )?;
-        check(
-            self.eval.keep_reports > 0,
-            "eval.keep_reports",
-            "must be at least 1",
-        )?;
-        self.judge.validate()
+        self.ingest.validate()?;
+        self.judge.validate()?;
+        self.eval.validate()
     }
 }
 
@@ -517,13 +502,19 @@ impl ServerSettings {
             "must be at least 1",
         )?;
         for host in &self.allowed_hosts {
+            // A name or an address, without a port (the port is not checked): an IPv6
+            // address is the one kind with colons.
+            let bare = host.trim_start_matches('[').trim_end_matches(']');
             let ok = !host.is_empty()
                 && !host.contains(['/', ' ', '@'])
+                && (!bare.contains(':') || bare.parse::<std::net::Ipv6Addr>().is_ok())
                 && axum::http::HeaderValue::from_str(host).is_ok();
             if !ok {
                 return Err(SettingsError::new(
                     "server.allowed_hosts",
-                    format!("'{host}' is not a host name (e.g. gateway.internal or 10.0.0.5)"),
+                    format!(
+                        "'{host}' is not a host name or address without a port (e.g. gateway.internal, 10.0.0.5, fd00::5)"
+                    ),
                 ));
             }
         }
@@ -565,6 +556,56 @@ impl AssistantSettings {
             self.answer_reserve_tokens < self.context_tokens,
             "assistant.answer_reserve_tokens",
             "must be smaller than assistant.context_tokens",
+        )
+    }
+}
+
+impl ClassifierSettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        check(
+            !self.timeout.is_zero(),
+            "classifier.timeout_ms",
+            "must be at least 1",
+        )
+    }
+}
+
+impl ReformulatorSettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        check(
+            !self.timeout.is_zero(),
+            "reformulator.timeout_ms",
+            "must be at least 1",
+        )
+    }
+}
+
+impl QdrantSettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        check(
+            !self.collection.trim().is_empty(),
+            "qdrant.collection",
+            "must not be empty",
+        )
+    }
+}
+
+impl IngestSettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        check(
+            self.chunk_chars >= 200 && self.overlap_chars < self.chunk_chars,
+            "ingest.chunk_chars / ingest.overlap_chars",
+            "chunk_chars must be at least 200 and larger than overlap_chars",
+        )
+    }
+}
+
+impl EvalSettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        check(
+            self.keep_reports > 0,
+            "eval.keep_reports",
+            "must be at least 1",
         )
     }
 }
@@ -891,6 +932,24 @@ mod tests {
                 .len(),
             2
         );
+    }
+
+    #[test]
+    fn allowed_hosts_are_names_or_addresses_without_ports() {
+        let f = write("[server]\nallowed_hosts = [\"gw.internal\", \"10.0.0.5\", \"fd00::5\", \"[fd00::6]\", \"*.corp.example\"]\n");
+        assert_eq!(
+            Settings::load_without_env(Some(f.path()))
+                .unwrap()
+                .server
+                .allowed_hosts
+                .len(),
+            5
+        );
+        for bad in ["gw.internal:8080", "http://gw", "a b", ""] {
+            let f = write(&format!("[server]\nallowed_hosts = [\"{bad}\"]\n"));
+            let e = Settings::load_without_env(Some(f.path())).unwrap_err();
+            assert_eq!(e.key, "server.allowed_hosts", "{bad}");
+        }
     }
 
     #[test]

@@ -205,6 +205,10 @@ async fn ask(
     use futures::StreamExt;
     use std::io::Write;
 
+    if let Some(id) = &session {
+        assist_gateway::sessions::check_id(id)
+            .map_err(|why| anyhow::anyhow!("--session: {why}"))?;
+    }
     let pipeline = assist_gateway::app::pipeline(&settings, session.is_some())?.pipeline;
     // Blocks in the question are read as an API request's would be.
     let mut editor = EditorContext::from_request(None, None, &question);
@@ -406,6 +410,18 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
         max_streams_per_key = state.settings.server.max_streams_per_key,
         "assist-gateway listening"
     );
+    let server = &state.settings.server;
+    let everywhere = listener.local_addr()?.ip().is_unspecified();
+    if everywhere && server.api_keys.is_empty() {
+        tracing::warn!(
+            "listening on every interface without API keys: anyone who can reach this machine can use the gateway and continue any session; set server.api_keys"
+        );
+    }
+    if everywhere && server.allowed_hosts.is_empty() {
+        tracing::warn!(
+            "listening on every interface with no server.allowed_hosts: requests naming any host are answered (web pages are still held off by the Origin check); list the names clients use in server.allowed_hosts"
+        );
+    }
     assist_gateway::app::serve(listener, state, shutdown_signal()).await?;
     Ok(())
 }

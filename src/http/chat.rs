@@ -282,7 +282,9 @@ impl Watched {
             tick.tick().await;
             loop {
                 tick.tick().await;
-                let Some(slot) = watched.upgrade() else { return };
+                let Some(slot) = watched.upgrade() else {
+                    return;
+                };
                 let dropped = {
                     let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
                     match slot.handed {
@@ -487,7 +489,11 @@ impl ChatLog {
 
 impl Drop for ChatLog {
     fn drop(&mut self) {
-        if self.too_slow.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)) {
+        if self
+            .too_slow
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+        {
             self.outcome = "client_too_slow";
         }
         let total = self.started.elapsed();

@@ -59,10 +59,10 @@ pub fn parse_chat_request(
     server: &ServerSettings,
 ) -> Result<ParsedRequest, GatewayError> {
     let parsed = match route {
-        ChatRoute::OpenAiChat => openai::parse_chat(body).map(parsed),
-        ChatRoute::OpenAiCompletions => openai::parse_completion(body).map(parsed),
-        ChatRoute::OllamaChat => ollama::parse_chat(body).map(parsed),
-        ChatRoute::OllamaGenerate => ollama::parse_generate(body).map(parsed),
+        ChatRoute::OpenAiChat => (openai::CHAT_COMPLETIONS.1)(body).map(parsed),
+        ChatRoute::OpenAiCompletions => (openai::COMPLETIONS.1)(body).map(parsed),
+        ChatRoute::OllamaChat => (ollama::CHAT.1)(body).map(parsed),
+        ChatRoute::OllamaGenerate => (ollama::GENERATE.1)(body).map(parsed),
     }?;
     if !parsed.load {
         chat::check_limits(server, &parsed.turn)?;
@@ -74,7 +74,14 @@ pub fn parse_chat_request(
 pub fn render_error(route: ChatRoute, e: &GatewayError) -> (StatusCode, Value) {
     fn rendered<D: Dialect>(e: &GatewayError) -> (StatusCode, Value) {
         let response = ApiError::<D>::from(e.clone()).into_response();
-        (response.status(), D::error_body(e))
+        let status = response.status();
+        // The body as a client reads it (`null` if it were not JSON).
+        let body =
+            futures::executor::block_on(axum::body::to_bytes(response.into_body(), usize::MAX))
+                .ok()
+                .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+                .unwrap_or(Value::Null);
+        (status, body)
     }
     if route.is_openai() {
         rendered::<super::OpenAi>(e)

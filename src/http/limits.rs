@@ -72,7 +72,12 @@ impl Limits {
         let Some(limiter) = &self.requests else {
             return Ok(None);
         };
-        if !self.by_key && self.checks.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == 0 {
+        if !self.by_key
+            && self
+                .checks
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(PRUNE_EVERY)
+        {
             limiter.retain_recent();
         }
         match limiter.check_key(caller) {

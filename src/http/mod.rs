@@ -29,7 +29,7 @@ use axum::extract::{MatchedPath, OriginalUri, Request};
 use axum::http::{HeaderMap, HeaderName};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{any, get};
 use axum::Router;
 use tokio::net::TcpListener;
 use tower_http::cors::{AllowOrigin, CorsLayer};
@@ -57,15 +57,24 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(health::root))
         .fallback(dialect::not_found::<OpenAi>)
         .method_not_allowed_fallback(dialect::method_not_allowed::<OpenAi>);
+    // Liveness: never checked for hosts, keys or limits.
+    let liveness = Router::new()
+        .route("/health", get(health::health))
+        .method_not_allowed_fallback(dialect::method_not_allowed::<OpenAi>)
+        .layer(cors(&guard.cors_origins))
+        .layer(middleware::from_fn(access_log));
+    // A nested router answers `/v1` but not `/v1/`: that one in its dialect too.
     guard
         .around::<OpenAi>(operations)
         .nest("/v1", guard.around::<OpenAi>(openai::router()))
         .nest("/api", guard.around::<Ollama>(ollama::router()))
-        // Liveness: never checked for keys or limits.
-        .route(
-            "/health",
-            get(health::health).layer(middleware::from_fn(access_log)),
+        .merge(
+            guard.around::<OpenAi>(Router::new().route("/v1/", any(dialect::not_found::<OpenAi>))),
         )
+        .merge(
+            guard.around::<Ollama>(Router::new().route("/api/", any(dialect::not_found::<Ollama>))),
+        )
+        .merge(liveness)
         .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
         .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), MakeRequestUuid))
         .with_state(state)
@@ -84,6 +93,7 @@ pub async fn serve(
     let options = server::Options {
         tls,
         header_timeout: server.header_read_timeout,
+        write_timeout: server.write_timeout,
         grace: server.shutdown_grace,
     };
     let router = router(state);

@@ -1,7 +1,8 @@
 //! Serves the router on a TCP listener, as plain HTTP or over TLS, HTTP/1.1 and HTTP/2.
 //! A connection must deliver each request's headers (and its TLS handshake) within a
-//! deadline, so slow clients cannot hold connections open; on shutdown no new connection
-//! is accepted and open streams may finish for a grace period.
+//! deadline, and take what is written to it (a write that makes no progress for the write
+//! timeout closes it), so slow clients cannot hold connections open; on shutdown no new
+//! connection is accepted and open streams may finish for a grace period.
 
 use std::future::Future;
 use std::io;
@@ -27,6 +28,8 @@ pub struct Options {
     pub tls: Option<TlsAcceptor>,
     /// Deadline for a request's headers, and for the TLS handshake.
     pub header_timeout: Duration,
+    /// Longest a write to the client may make no progress before the connection closes.
+    pub write_timeout: Duration,
     /// After the shutdown signal, how long open connections may go on.
     pub grace: Duration,
 }
@@ -83,7 +86,7 @@ pub async fn run(
             router.clone(),
             options.tls.clone(),
             builders.clone(),
-            options.header_timeout,
+            (options.header_timeout, options.write_timeout),
             graceful.watcher(),
         ));
     }
@@ -122,7 +125,7 @@ async fn connection(
     router: Router,
     tls: Option<TlsAcceptor>,
     builders: Arc<Builders>,
-    deadline: Duration,
+    (deadline, write_timeout): (Duration, Duration),
     watcher: Watcher,
 ) {
     let service = TowerToHyperService::new(router.map_request(
@@ -141,13 +144,15 @@ async fn connection(
                 tracing::debug!(%remote, "connection closed: no request in time");
                 return;
             }
+            let io = WriteDeadline::new(tcp, write_timeout);
             let conn = builders
                 .detect
-                .serve_connection_with_upgrades(TokioIo::new(tcp), service);
+                .serve_connection_with_upgrades(TokioIo::new(io), service);
             watcher.watch(conn).await
         }
         Some(acceptor) => {
-            let stream = match tokio::time::timeout(deadline, acceptor.accept(tcp)).await {
+            let io = WriteDeadline::new(tcp, write_timeout);
+            let stream = match tokio::time::timeout(deadline, acceptor.accept(io)).await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => {
                     tracing::debug!(%remote, error = %e, "TLS handshake failed");
@@ -187,5 +192,139 @@ async fn protocol_known(tcp: &TcpStream) -> io::Result<bool> {
         }
         // A prefix of the preface: more is on its way (peek returns at once from now on).
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A connection whose writes must make progress: one that can make none for `limit` (the
+/// client takes nothing: its buffers are full) fails, and the server closes the
+/// connection, dropping whatever it was sending.
+struct WriteDeadline<S> {
+    inner: S,
+    limit: Duration,
+    /// Armed when a write could not go through; cleared when one does.
+    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteDeadline<S> {
+    fn new(inner: S, limit: Duration) -> Self {
+        Self {
+            inner,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// What a pending write becomes: still pending, or, past the deadline, an error.
+    fn pending<T>(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<T>> {
+        let limit = self.limit;
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match stalled.as_mut().poll(cx) {
+            std::task::Poll::Ready(()) => std::task::Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client took nothing for the write timeout",
+            ))),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+
+    fn progress<T>(
+        &mut self,
+        done: std::task::Poll<io::Result<T>>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<T>> {
+        match done {
+            std::task::Poll::Pending => self.pending(cx),
+            ready => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteDeadline<S> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteDeadline<S> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let done = std::pin::Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.progress(done, cx)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> std::task::Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let done = std::pin::Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.progress(done, cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let done = std::pin::Pin::new(&mut this.inner).poll_flush(cx);
+        this.progress(done, cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A peer that reads nothing makes writes fail after the limit; one that reads keeps
+    /// them going however long it all takes.
+    #[tokio::test]
+    async fn writes_must_make_progress() {
+        let (ours, mut theirs) = tokio::io::duplex(1024);
+        let mut conn = WriteDeadline::new(ours, Duration::from_millis(200));
+        let started = std::time::Instant::now();
+        let e = conn.write_all(&[7u8; 64 * 1024]).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= Duration::from_millis(200));
+
+        let (ours, mut slow) = tokio::io::duplex(1024);
+        let mut conn = WriteDeadline::new(ours, Duration::from_millis(200));
+        let reader = tokio::spawn(async move {
+            let mut got = 0;
+            let mut buf = [0u8; 512];
+            while got < 16 * 1024 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                got += slow.read(&mut buf).await.unwrap();
+            }
+            got
+        });
+        conn.write_all(&[7u8; 16 * 1024]).await.unwrap();
+        assert!(reader.await.unwrap() >= 16 * 1024);
+        drop(theirs.read(&mut [0u8; 1]).await);
     }
 }

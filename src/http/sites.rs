@@ -32,14 +32,14 @@ impl Sites {
             .addr
             .rsplit_once(':')
             .map_or(server.addr.as_str(), |(host, _)| host);
-        let bound = bound.trim_start_matches('[').trim_end_matches(']');
+        let bound = normal(bound);
         let wildcard = bound.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified());
         let hosts = if wildcard && server.allowed_hosts.is_empty() {
             None
         } else {
             let mut hosts: Vec<String> = server.allowed_hosts.iter().map(|h| normal(h)).collect();
             if !wildcard {
-                hosts.push(normal(bound));
+                hosts.push(bound);
             }
             Some(hosts)
         };
@@ -89,11 +89,12 @@ pub async fn guard<D: Dialect>(
     req: Request,
     next: Next,
 ) -> Response {
-    let host = req
-        .headers()
-        .get(HOST)
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| req.uri().authority().map(|a| a.as_str()));
+    // HTTP/2 names the host in the URI (`:authority`); a Host that is not text names none
+    // that could be allowed. No host at all (HTTP/1.0) is no browser's request.
+    let host = match req.headers().get(HOST) {
+        Some(value) => Some(value.to_str().unwrap_or("\u{fffd}")),
+        None => req.uri().authority().map(|a| a.as_str()),
+    };
     if let Some(host) = host.filter(|h| !sites.host_allowed(h)) {
         tracing::warn!(
             host_chars = host.len(),
@@ -123,15 +124,11 @@ pub async fn guard<D: Dialect>(
     next.run(req).await
 }
 
-/// `localhost`, a `*.localhost` name, or a loopback address.
+/// `localhost`, a `*.localhost` name, or a loopback address (given [`normal`]).
 fn local(name: &str) -> bool {
     name == "localhost"
         || name.ends_with(".localhost")
-        || name
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// A host without its port: `[::1]:80` → `[::1]`, `a.b:80` → `a.b`.
@@ -148,9 +145,12 @@ fn strip_port(host: &str) -> &str {
     }
 }
 
-/// Lowercase, without a trailing dot or IPv6 brackets' absence mattering.
+/// Lowercase, without a trailing dot, an IPv6 address without its brackets.
 fn normal(host: &str) -> String {
-    host.trim_end_matches('.').to_ascii_lowercase()
+    host.trim_end_matches('.')
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase()
 }
 
 #[cfg(test)]
@@ -200,6 +200,12 @@ mod tests {
         assert!(sites("[::]:8080", &[], &[]).host_allowed("anything.example"));
         assert!(!sites("0.0.0.0:8080", &["gw"], &[]).host_allowed("anything.example"));
         assert!(sites("0.0.0.0:8080", &["gw"], &[]).host_allowed("gw:8080"));
+        // IPv6: bound, listed, and as Host headers carry them (bracketed, with a port).
+        assert!(sites("[fd00::5]:8080", &[], &[]).host_allowed("[fd00::5]:8080"));
+        assert!(sites("127.0.0.1:8080", &["fd00::6"], &[]).host_allowed("[FD00::6]:80"));
+        assert!(!sites("[fd00::5]:8080", &[], &[]).host_allowed("[fd00::7]:8080"));
+        // A Host that is not text becomes the replacement character: refused.
+        assert!(!s.host_allowed("\u{fffd}"));
     }
 
     #[test]

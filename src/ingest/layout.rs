@@ -46,18 +46,25 @@ impl IndexRoot {
             Ok(name) => {
                 let name = name.trim();
                 let version = self.0.join(name);
-                if valid_name(name) && version.is_dir() {
+                if valid_name(name) && whole(&version) {
                     Ok(Live::At(version))
                 } else {
                     Ok(Live::Missing(format!(
-                        "{} names the index version '{name}', which is missing: run `assist-gateway ingest --rebuild PATH`",
+                        "{} names the index version '{name}', which is missing or has no lexical index: run `assist-gateway ingest --rebuild PATH`",
                         pointer.display()
                     )))
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if self.0.join("lexical").is_dir() {
-                    return Ok(Live::At(self.0.clone()));
+                    return Ok(if whole(&self.0) {
+                        Live::At(self.0.clone())
+                    } else {
+                        Live::Missing(format!(
+                            "the index in {} has no lexical index: run `assist-gateway ingest --rebuild PATH`",
+                            self.0.display()
+                        ))
+                    });
                 }
                 // The rename-based rebuild of earlier versions could stop between its two
                 // renames, leaving the index aside.
@@ -79,16 +86,42 @@ impl IndexRoot {
     }
 
     /// The folder an incremental ingest writes into: the live index, or a first version
-    /// made live at once (it is filled in place, batch by batch).
+    /// made live at once (it is filled in place, batch by batch), with an empty lexical
+    /// index in it.
     pub fn for_update(&self) -> anyhow::Result<PathBuf> {
         match self.live()? {
             Live::At(path) => Ok(path),
             Live::None => {
                 let version = self.new_version()?;
+                crate::retrieval::lexical::TantivyIndex::open(&version.join("lexical"))?;
                 self.point_at(&version)?;
                 Ok(version)
             }
             Live::Missing(why) => anyhow::bail!("{why}"),
+        }
+    }
+
+    /// Holds `index/ingest.lock` while an ingest writes (and a rebuild publishes), so two
+    /// ingests never delete each other's work; `Err` naming the lock while another holds it.
+    pub fn exclusive(&self) -> anyhow::Result<File> {
+        std::fs::create_dir_all(&self.0)
+            .with_context(|| format!("cannot create {}", self.0.display()))?;
+        let path = self.0.join("ingest.lock");
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+                "another ingest is writing this index ({} is locked): wait for it to finish",
+                path.display()
+            ),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(e).with_context(|| format!("cannot lock {}", path.display()))
+            }
         }
     }
 
@@ -116,7 +149,8 @@ impl IndexRoot {
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             let stale = path != version
                 && (name.starts_with(VERSION_PREFIX)
-                    || ["lexical", "vectors", "manifest.json"].contains(&name));
+                    || ["lexical", "vectors", "manifest.json", "manifest.json.tmp"]
+                        .contains(&name));
             if stale {
                 let removed = if path.is_dir() {
                     std::fs::remove_dir_all(&path)
@@ -144,6 +178,11 @@ impl IndexRoot {
         std::fs::rename(&tmp, self.0.join(POINTER))?;
         sync_dir(&self.0)
     }
+}
+
+/// A version folder (or a root from before versions) with its lexical index in it.
+fn whole(folder: &Path) -> bool {
+    folder.join("lexical").join("meta.json").is_file()
 }
 
 fn valid_name(name: &str) -> bool {
@@ -183,6 +222,7 @@ mod tests {
         assert_eq!(root.live().unwrap(), Live::None);
         let first = root.for_update().unwrap();
         assert_eq!(root.live().unwrap(), Live::At(first.clone()));
+        assert!(whole(&first), "made with its empty lexical index");
         std::fs::write(first.join("manifest.json"), "{}").unwrap();
 
         // A rebuild that stops before it is published (a crash) changes nothing.
@@ -192,9 +232,36 @@ mod tests {
 
         // The next one is published: the first and the unfinished one go.
         let third = root.new_version().unwrap();
+        lexical_in(&third);
         root.publish(&third).unwrap();
         assert_eq!(root.live().unwrap(), Live::At(third.clone()));
         assert!(!first.exists() && !second.exists());
+    }
+
+    /// A lexical index as tantivy leaves one (its `meta.json`).
+    fn lexical_in(folder: &Path) {
+        std::fs::create_dir_all(folder.join("lexical")).unwrap();
+        std::fs::write(folder.join("lexical").join("meta.json"), "{}").unwrap();
+    }
+
+    #[test]
+    fn a_version_without_its_lexical_index_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = IndexRoot::new(dir.path());
+        let version = root.for_update().unwrap();
+        std::fs::remove_dir_all(version.join("lexical")).unwrap();
+        assert!(matches!(root.live().unwrap(), Live::Missing(_)));
+    }
+
+    #[test]
+    fn two_ingests_do_not_write_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = IndexRoot::new(dir.path());
+        let held = root.exclusive().unwrap();
+        let e = root.exclusive().unwrap_err();
+        assert!(e.to_string().contains("another ingest"), "{e}");
+        drop(held);
+        assert!(root.exclusive().is_ok());
     }
 
     #[test]
@@ -212,11 +279,12 @@ mod tests {
     #[test]
     fn an_index_from_before_versions_is_read_then_replaced() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("lexical")).unwrap();
+        lexical_in(dir.path());
         std::fs::write(dir.path().join("manifest.json"), "{}").unwrap();
         let root = IndexRoot::new(dir.path());
         assert_eq!(root.live().unwrap(), Live::At(dir.path().to_path_buf()));
         let version = root.new_version().unwrap();
+        lexical_in(&version);
         root.publish(&version).unwrap();
         assert_eq!(root.live().unwrap(), Live::At(version));
         assert!(!dir.path().join("lexical").exists());

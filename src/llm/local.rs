@@ -30,6 +30,8 @@ pub struct LocalEmbedder {
     model: Arc<Model>,
     folder: PathBuf,
     batch: usize,
+    /// Batches running on the CPU at once.
+    runs: Arc<tokio::sync::Semaphore>,
 }
 
 impl LocalEmbedder {
@@ -80,6 +82,8 @@ impl LocalEmbedder {
         .context("model.safetensors")?;
         let bert =
             BertModel::load(vars, &config).context("model.safetensors does not fit config.json")?;
+        // One batch at a time per core: the model's matrix work is CPU-bound.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Ok(Self {
             model: Arc::new(Model {
                 bert,
@@ -88,6 +92,7 @@ impl LocalEmbedder {
             }),
             folder: folder.to_path_buf(),
             batch,
+            runs: Arc::new(tokio::sync::Semaphore::new(cores)),
         })
     }
 }
@@ -130,21 +135,31 @@ impl Embedder for LocalEmbedder {
         format!("local {}", self.folder.display())
     }
 
+    /// Batch by batch, each on a blocking thread holding one of the model's run slots
+    /// until it ends: a request dropped mid-way stops before its next batch, and the one
+    /// already running still counts against the CPU the model may take.
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, UpstreamError> {
         embed_in_batches(texts, self.batch, |part| {
             let model = self.model.clone();
+            let runs = self.runs.clone();
             async move {
-                tokio::task::spawn_blocking(move || model.embed(&part))
-                    .await
-                    .map_err(|e| anyhow!("the embedding task failed: {e}"))
-                    .and_then(|r| r)
-                    .map_err(|e| {
-                        UpstreamError::new(
-                            UpstreamErrorKind::Stream,
-                            "local embedder",
-                            format!("{e:#}"),
-                        )
-                    })
+                let run = runs.acquire_owned().await.map_err(|e| {
+                    UpstreamError::new(UpstreamErrorKind::Stream, "local embedder", e.to_string())
+                })?;
+                tokio::task::spawn_blocking(move || {
+                    let _run = run;
+                    model.embed(&part)
+                })
+                .await
+                .map_err(|e| anyhow!("the embedding task failed: {e}"))
+                .and_then(|r| r)
+                .map_err(|e| {
+                    UpstreamError::new(
+                        UpstreamErrorKind::Stream,
+                        "local embedder",
+                        format!("{e:#}"),
+                    )
+                })
             }
         })
         .await

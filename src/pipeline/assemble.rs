@@ -272,7 +272,7 @@ mod tests {
             .collect();
         req.window_tokens = 1200;
         let out = assemble(req);
-        assert!(out.history_dropped > 0 && out.history_dropped % 2 == 0);
+        assert!(out.history_dropped > 0 && out.history_dropped.is_multiple_of(2));
         assert!(out.messages[1]
             .content
             .starts_with(&format!("turn {}", out.history_dropped)));

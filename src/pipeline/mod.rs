@@ -159,6 +159,8 @@ pub struct Pipeline {
     window: tokio::sync::OnceCell<usize>,
     /// The upstream's model names, as it last listed them (passthrough).
     upstream_models: std::sync::RwLock<KnownModels>,
+    /// One listing at a time when the cached one is stale.
+    listing: tokio::sync::Mutex<()>,
 }
 
 /// Model names an upstream listed, and when.
@@ -172,18 +174,28 @@ struct KnownModels {
 /// the gateway ask again.
 const MODEL_LIST_TTL: Duration = Duration::from_secs(60);
 
-/// Ollama options that make it load the model again (a client could force reloads of the
-/// shared upstream's model with them): not forwarded for the assistant.
-const LOAD_OPTIONS: &[&str] = &[
-    "num_batch",
-    "num_gpu",
-    "main_gpu",
-    "low_vram",
-    "vocab_only",
-    "use_mmap",
-    "use_mlock",
-    "num_thread",
-    "numa",
+/// The Ollama options a client may set for the assistant: sampling only. Any other
+/// (`num_gpu`, `num_thread`, `num_batch`, `use_mmap`, `rope_frequency_base`, …) may make
+/// Ollama load the shared model again, so it is not forwarded.
+const SAMPLING_OPTIONS: &[&str] = &[
+    "num_keep",
+    "seed",
+    "num_predict",
+    "top_k",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "tfs_z",
+    "repeat_last_n",
+    "temperature",
+    "repeat_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "penalize_newline",
+    "mirostat",
+    "mirostat_tau",
+    "mirostat_eta",
+    "stop",
 ];
 
 /// How a pipeline is set up (built from settings in `app`).
@@ -224,6 +236,7 @@ impl Pipeline {
             sessions: stages.sessions,
             window: tokio::sync::OnceCell::new(),
             upstream_models: std::sync::RwLock::default(),
+            listing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -351,12 +364,11 @@ impl Pipeline {
         // The shared upstream's model is the gateway's to load: no reloads, no other
         // keep_alive than the configured one, the window it was budgeted for.
         let options = &mut request.params.extra_options;
-        options.retain(|k, _| !LOAD_OPTIONS.contains(&k.as_str()));
-        options.remove("num_ctx");
+        options.retain(|k, _| SAMPLING_OPTIONS.contains(&k.as_str()));
         if self.config.send_num_ctx {
             options.insert("num_ctx".into(), Value::from(window));
         }
-        request.params.keep_alive = self.config.keep_alive.clone().map(Value::String);
+        request.params.keep_alive = self.config.keep_alive.as_deref().map(keep_alive);
         let memory = match (held, &self.sessions) {
             (Some(held), Some(sessions)) => Some(Memory {
                 sessions: sessions.clone(),
@@ -640,6 +652,11 @@ impl Pipeline {
     /// Lists the upstream's models again when `name` is not among those it listed and the
     /// listing is older than a minute (at most once a minute).
     async fn learn_models(&self, name: &str) {
+        if self.lists(name) {
+            return;
+        }
+        // Requests that find the listing stale wait for one refresh, then look again.
+        let _one_at_a_time = self.listing.lock().await;
         let stale = {
             let known = self
                 .upstream_models
@@ -882,6 +899,14 @@ fn client_messages(input: Input) -> Vec<Message> {
             out
         }
     }
+}
+
+/// Ollama's `keep_alive` as configured: a number of seconds (`-1`: for ever, `0`: unload
+/// at once) goes as a number, anything else (`30m`) as a duration string.
+fn keep_alive(setting: &str) -> Value {
+    setting
+        .parse::<i64>()
+        .map_or_else(|_| Value::from(setting), Value::from)
 }
 
 /// `num_ctx` from an Ollama model's parameters.

@@ -118,13 +118,13 @@ impl EmbeddedStore {
         let owner = owner_of(stored);
         let txn = self.db.begin_write()?;
         let existing = txn.open_table(SESSIONS)?.get(stored)?.map(|m| m.value());
-        let (mut first, mut next, new) = match existing {
+        let (mut first, mut next) = match existing {
             Some((last_used, _, _)) if self.expired(last_used, now) => {
                 forget(&txn, stored)?;
-                (0, 0, true)
+                (0, 0)
             }
-            Some((_, first, next)) => (first, next, false),
-            None => (0, 0, true),
+            Some((_, first, next)) => (first, next),
+            None => (0, 0),
         };
         {
             let mut turns = txn.open_table(TURNS)?;
@@ -147,29 +147,29 @@ impl EmbeddedStore {
         }
         txn.open_table(SESSIONS)?
             .insert(stored, (now, first, next))?;
-        txn.open_table(OWNED)?.insert((owner, stored), now)?;
-        if new {
+        // Counted for its owner when it enters the owner's index (whatever the index missed
+        // before, it holds from now on).
+        let entered = txn
+            .open_table(OWNED)?
+            .insert((owner, stored), now)?
+            .is_none();
+        if entered {
             add_to_count(&txn, owner, 1)?;
         }
         // The owner's share first (the shared namespace of a gateway without keys has the
         // whole cap), then the whole cap: from the owner with most.
-        let mut victims = Vec::new();
-        let owned = owned_by(&txn, owner)?;
-        let share = if owner.is_empty() {
-            usize::MAX
-        } else {
-            self.limits.max_per_owner
-        };
-        let over = owned.len().saturating_sub(share);
-        victims.extend(
-            owned
+        if !owner.is_empty() {
+            let owned = owned_by(&txn, owner)?;
+            let over = owned.len().saturating_sub(self.limits.max_per_owner);
+            let victims: Vec<String> = owned
                 .into_iter()
                 .filter(|(_, s)| s != stored)
                 .take(over)
-                .map(|(_, s)| s),
-        );
-        for victim in &victims {
-            forget(&txn, victim)?;
+                .map(|(_, s)| s)
+                .collect();
+            for victim in &victims {
+                forget(&txn, victim)?;
+            }
         }
         let total = txn.open_table(SESSIONS)?.len()? as usize;
         for _ in self.limits.max_sessions..total {

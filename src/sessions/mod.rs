@@ -44,6 +44,11 @@ impl Owner {
         Self(format!("k:{hex}"))
     }
 
+    /// Whether this is the namespace of a gateway without keys.
+    pub fn is_shared(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The owner's name in the stores (`""` for the shared namespace).
     pub fn as_str(&self) -> &str {
         &self.0
@@ -62,7 +67,7 @@ impl SessionKey {
     /// stored before owners existed keep working there), `owner/id` otherwise. Ids hold
     /// no `/` (see [`check_id`]), so names never collide.
     pub fn stored(&self) -> String {
-        if self.owner.0.is_empty() {
+        if self.owner.is_shared() {
             self.id.clone()
         } else {
             format!("{}/{}", self.owner.0, self.id)
@@ -70,7 +75,8 @@ impl SessionKey {
     }
 }
 
-/// A `session_id` is 1 to 256 bytes of ASCII letters, digits and `-_.:@+=~`.
+/// A `session_id` is at most 256 bytes of ASCII letters, digits and `-_.:@+=~` (an empty
+/// one means no session).
 pub fn check_id(id: &str) -> Result<(), String> {
     if id.len() > MAX_ID_BYTES {
         return Err(format!(
@@ -502,7 +508,10 @@ pub(crate) mod contract {
         };
         store.append(&key, huge).await.unwrap();
         let kept = store.recent(&key, 10).await.unwrap();
-        let bytes: usize = kept.iter().map(|t| serde_json::to_vec(t).unwrap().len()).sum();
+        let bytes: usize = kept
+            .iter()
+            .map(|t| serde_json::to_vec(t).unwrap().len())
+            .sum();
         assert!(bytes <= 600, "{bytes} bytes kept");
         let last = kept.last().unwrap();
         assert!(last.assistant.starts_with("[cut]") && last.assistant.ends_with("THE END"));

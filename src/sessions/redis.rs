@@ -124,6 +124,28 @@ end
 return #all / 2
 ";
 
+/// KEYS: a session's queue, a turn's heartbeat; ARGV: the turn's token, the lifetime in
+/// milliseconds. Puts the turn at the end of the queue unless it is in it, and renews the
+/// heartbeat and the queue's expiry (a queue of dead replicas goes by itself).
+const JOIN_LUA: &str = r"
+redis.call('SET', KEYS[2], 1, 'PX', ARGV[2])
+if not redis.call('LPOS', KEYS[1], ARGV[1]) then
+  redis.call('RPUSH', KEYS[1], ARGV[1])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+";
+
+/// As `JOIN_LUA`, but only for a turn still in the queue; 0 when it is not.
+const RENEW_LUA: &str = r"
+if not redis.call('LPOS', KEYS[1], ARGV[1]) then return 0 end
+redis.call('SET', KEYS[2], 1, 'PX', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+";
+
+static JOIN: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(JOIN_LUA));
+static RENEW: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new(RENEW_LUA));
 static INDEX_OWNERS: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(&format!("{FORGET_LUA}{INDEX_OWNERS_LUA}")));
 static APPEND: LazyLock<redis::Script> =
@@ -195,41 +217,66 @@ impl RedisStore {
         self.limits.ttl.as_secs().max(1) as i64 * 1_000_000
     }
 
-    /// Whether `token` is first in the queue; drops a first one whose replica died (its
+    /// Where `token` stands in the queue; drops a first one whose replica died (its
     /// heartbeat expired) on the way.
-    async fn first_in_queue(
+    async fn place(
         &self,
         con: &mut ConnectionManager,
         queue: &str,
         token: &str,
-    ) -> anyhow::Result<bool> {
+    ) -> anyhow::Result<Place> {
         loop {
             let head: Option<String> = redis::cmd("LINDEX")
                 .arg(queue)
                 .arg(0)
                 .query_async(con)
                 .await?;
-            match head {
-                Some(head) if head == token => return Ok(true),
-                Some(head) => {
-                    let alive: bool = redis::cmd("EXISTS")
-                        .arg(self.heartbeat_key(&head))
-                        .query_async(con)
-                        .await?;
-                    if alive {
-                        return Ok(false);
-                    }
-                    let _: i64 = redis::cmd("LREM")
-                        .arg(queue)
-                        .arg(1)
-                        .arg(&head)
-                        .query_async(con)
-                        .await?;
-                }
-                // Someone removed this turn (it looked dead): it lost its place.
-                None => return Ok(false),
+            let Some(head) = head else {
+                return Ok(Place::Lost);
+            };
+            if head == token {
+                return Ok(Place::First);
             }
+            let alive: bool = redis::cmd("EXISTS")
+                .arg(self.heartbeat_key(&head))
+                .query_async(con)
+                .await?;
+            if !alive {
+                let _: i64 = redis::cmd("LREM")
+                    .arg(queue)
+                    .arg(1)
+                    .arg(&head)
+                    .query_async(con)
+                    .await?;
+                continue;
+            }
+            let at: Option<i64> = redis::cmd("LPOS")
+                .arg(queue)
+                .arg(token)
+                .query_async(con)
+                .await?;
+            return Ok(if at.is_some() {
+                Place::Waiting
+            } else {
+                Place::Lost
+            });
         }
+    }
+
+    /// Joins the queue (again) if `token` is not in it, and renews its heartbeat and the
+    /// queue's expiry.
+    async fn join(
+        &self,
+        con: &mut ConnectionManager,
+        queue: &str,
+        token: &str,
+    ) -> redis::RedisResult<()> {
+        JOIN.key(queue)
+            .key(self.heartbeat_key(token))
+            .arg(token)
+            .arg(self.lock_ttl.as_millis() as u64)
+            .invoke_async(con)
+            .await
     }
 
     fn heartbeat_key(&self, token: &str) -> String {
@@ -237,25 +284,41 @@ impl RedisStore {
     }
 }
 
-/// Keeps a turn's heartbeat alive, at a third of its lifetime.
+/// Where a turn stands in its session's queue.
+enum Place {
+    First,
+    Waiting,
+    /// Not in the queue (taken for dead while Redis was slow, or Redis restarted).
+    Lost,
+}
+
+/// Keeps a turn's place alive at a third of its lifetime, while it is still in the queue
+/// (a holder that lost it is reported: another replica may run the session's next turn).
 fn heartbeat(
     mut con: ConnectionManager,
-    key: String,
+    queue: String,
+    token: String,
+    beat: String,
     ttl: Duration,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(ttl / 3);
+        tick.tick().await;
         loop {
             tick.tick().await;
-            let renewed: redis::RedisResult<()> = redis::cmd("SET")
-                .arg(&key)
-                .arg(1)
-                .arg("PX")
+            let renewed: redis::RedisResult<i64> = RENEW
+                .key(&queue)
+                .key(&beat)
+                .arg(&token)
                 .arg(ttl.as_millis() as u64)
-                .query_async(&mut con)
+                .invoke_async(&mut con)
                 .await;
-            if let Err(e) = renewed {
-                tracing::warn!(error = %e, "sessions: a turn's heartbeat could not be renewed");
+            match renewed {
+                Ok(1) => {}
+                Ok(_) => tracing::warn!("sessions: a turn lost its place in its session's queue"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "sessions: a turn's place could not be renewed")
+                }
             }
         }
     })
@@ -320,7 +383,7 @@ impl SessionStore for RedisStore {
     async fn append(&self, key: &SessionKey, turn: Turn) -> anyhow::Result<()> {
         let mut con = self.connection().await?;
         let json = turn.encode(self.limits.max_bytes)?;
-        let share = if key.owner.as_str().is_empty() {
+        let share = if key.owner.is_shared() {
             0
         } else {
             self.limits.max_per_owner
@@ -373,34 +436,34 @@ impl SessionStore for RedisStore {
         let queue = format!("{}q:{}", self.prefix, key.stored());
         let token = uuid::Uuid::new_v4().simple().to_string();
         let beat = self.heartbeat_key(&token);
-        let ttl = self.lock_ttl;
-        let joined: redis::RedisResult<()> = redis::pipe()
-            .cmd("SET")
-            .arg(&beat)
-            .arg(1)
-            .arg("PX")
-            .arg(ttl.as_millis() as u64)
-            .ignore()
-            .cmd("RPUSH")
-            .arg(&queue)
-            .arg(&token)
-            .ignore()
-            .query_async(&mut con)
-            .await;
-        joined.map_err(|e| LockError::Store(e.into()))?;
+        self.join(&mut con, &queue, &token)
+            .await
+            .map_err(|e| LockError::Store(e.into()))?;
         // From here on, dropping the place leaves the queue: on every path.
         let place = QueuePlace {
-            heartbeat: heartbeat(con.clone(), beat.clone(), ttl),
+            heartbeat: heartbeat(
+                con.clone(),
+                queue.clone(),
+                token.clone(),
+                beat.clone(),
+                self.lock_ttl,
+            ),
             leave: Some((con.clone(), queue.clone(), token.clone(), beat)),
         };
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            if self
-                .first_in_queue(&mut con, &queue, &token)
+            match self
+                .place(&mut con, &queue, &token)
                 .await
                 .map_err(LockError::Store)?
             {
-                return Ok(Some(Box::new(place)));
+                Place::First => return Ok(Some(Box::new(place))),
+                Place::Waiting => {}
+                // Back in at the end rather than waiting for ever for a place it lost.
+                Place::Lost => self
+                    .join(&mut con, &queue, &token)
+                    .await
+                    .map_err(|e| LockError::Store(e.into()))?,
             }
             if tokio::time::Instant::now() + LOCK_POLL > deadline {
                 return Err(LockError::Busy);
@@ -572,6 +635,35 @@ mod tests {
             started.elapsed() >= Duration::from_millis(250),
             "it waited for the dead replica's place to expire"
         );
+    }
+
+    /// A waiting turn whose place is lost (Redis restarted, or the queue expired) joins
+    /// again instead of waiting out its time for a place it no longer has.
+    #[tokio::test]
+    async fn a_turn_that_lost_its_place_joins_again() {
+        let Some(server) = start() else { return };
+        let a = store(&server, "lost:", contract::limits());
+        let b = std::sync::Arc::new(store(&server, "lost:", contract::limits()));
+        let key = contract::owned(1, "s");
+        let held = a.lock(&key, Duration::from_secs(1)).await.unwrap();
+        let waiting = {
+            let (b, key) = (b.clone(), key.clone());
+            tokio::spawn(async move { b.lock(&key, Duration::from_secs(3)).await.map(|_| ()) })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut con = a.connection().await.unwrap();
+        let _: () = redis::cmd("DEL")
+            .arg(format!("lost:q:{}", key.stored()))
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        assert!(
+            waiting.await.unwrap().is_ok(),
+            "it joined again and got its turn"
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+        drop(held);
     }
 
     #[tokio::test]

@@ -2,7 +2,7 @@
 uses it: editor context as a JSON string in the standard `user` field (base64 fields,
 `user_info` object), the conversation key in a top-level `session_id`.
 
-Run by tests/python_clients.rs, which scripts the upstream's answers (listed below) and
+Run by tests/it/python_clients.rs, which scripts the upstream's answers (listed below) and
 afterwards checks what the upstream model was sent.
 
 Usage: python assistant.py BASE_URL

@@ -1,6 +1,6 @@
 """The real openai and ollama Python packages against a running gateway.
 
-Run by tests/python_clients.rs, which starts the gateway in front of the scripted
+Run by tests/it/python_clients.rs, which starts the gateway in front of the scripted
 upstream (whose every answer is "Hello from upstream"). Each check asserts what the
 client hands to its user, not only that no exception was raised.
 

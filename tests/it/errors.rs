@@ -141,7 +141,7 @@ async fn unreachable_upstream_is_502_naming_the_url() {
 async fn upstream_statuses_map_to_client_statuses() {
     for provider in PROVIDERS {
         let up = ScriptedUpstream::start().await;
-        // One attempt: what the client sees of each status (retries are in tests/faults.rs).
+        // One attempt: what the client sees of each status (retries are in tests/it/faults.rs).
         let gw = Gateway::start(&up, provider, |s| s.llm.retries = 0).await;
         let cases = [
             (

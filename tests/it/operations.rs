@@ -185,6 +185,26 @@ async fn unknown_routes_and_methods_answer_in_the_dialect_shape() {
     let (status, v) = get_json(&gw.url("/v1/chat/completions")).await;
     assert_eq!(status, 405);
     assert!(v["error"]["message"].is_string());
+    // Each prefix's bare forms answer in its own dialect; anything else in OpenAI's.
+    for (path, openai) in [
+        ("/v1", true),
+        ("/v1/", true),
+        ("/api", false),
+        ("/api/", false),
+        ("/nope", true),
+    ] {
+        let (status, v) = get_json(&gw.url(path)).await;
+        assert_eq!(status, 404, "{path}");
+        if openai {
+            assert!(v["error"]["message"].is_string(), "{path}: {v}");
+        } else {
+            assert!(v["error"].is_string(), "{path}: {v}");
+        }
+    }
+    let r = client().post(gw.url("/health")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"]["message"].is_string(), "{v}");
 }
 
 #[tokio::test]

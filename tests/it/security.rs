@@ -15,7 +15,9 @@ const BOB: &str = "key-bob";
 
 /// One OpenAI chat turn with a key and a session; returns the status and the answer text.
 async fn turn(url: &str, key: Option<&str>, session: &str, text: &str) -> (u16, String) {
-    let mut rb = client().post(format!("{url}/v1/chat/completions")).json(&json!({
+    let mut rb = client()
+        .post(format!("{url}/v1/chat/completions"))
+        .json(&json!({
         "model": "brunix", "session_id": session,
         "messages": [{"role": "user", "content": text}]}));
     if let Some(key) = key {
@@ -45,13 +47,22 @@ async fn a_session_id_under_another_key_is_another_conversation() {
     let url = gw.url("");
     let url = url.trim_end_matches('/');
     up.push(Reply::tokens(&["Noted."]));
-    let (status, _) = turn(url, Some(ALICE), "team-standup", "The launch code is SWORDFISH-42.").await;
+    let (status, _) = turn(
+        url,
+        Some(ALICE),
+        "team-standup",
+        "The launch code is SWORDFISH-42.",
+    )
+    .await;
     assert_eq!(status, 200);
     up.push(Reply::tokens(&["Nothing yet."]));
     let (status, _) = turn(url, Some(BOB), "team-standup", "What did I say before?").await;
     assert_eq!(status, 200);
     let bob = prompt_text(&up.last_request());
-    assert!(!bob.contains("SWORDFISH"), "Bob's prompt held Alice's turn:\n{bob}");
+    assert!(
+        !bob.contains("SWORDFISH"),
+        "Bob's prompt held Alice's turn:\n{bob}"
+    );
     assert!(!bob.contains("Noted."));
 
     up.push(Reply::tokens(&["You told me the launch code."]));
@@ -118,7 +129,10 @@ async fn replicas_on_redis_take_turns_in_order_and_keep_callers_apart() {
     let prompts: Vec<String> = up.requests().iter().map(prompt_text).collect();
     assert_eq!(prompts.len(), 4);
     for (n, prompt) in prompts.iter().enumerate() {
-        assert!(prompt.contains(&format!("question-{n}")), "turn {n} out of order: {prompt}");
+        assert!(
+            prompt.contains(&format!("question-{n}")),
+            "turn {n} out of order: {prompt}"
+        );
         for earlier in 0..n {
             assert!(
                 prompt.contains(&format!("question-{earlier}"))
@@ -128,7 +142,10 @@ async fn replicas_on_redis_take_turns_in_order_and_keep_callers_apart() {
         }
     }
     up.push(Reply::tokens(&["Hello Bob."]));
-    assert_eq!(turn(&replicas[1], Some(BOB), "alternating", "hi").await.0, 200);
+    assert_eq!(
+        turn(&replicas[1], Some(BOB), "alternating", "hi").await.0,
+        200
+    );
     assert!(!prompt_text(&up.last_request()).contains("question-0"));
 }
 
@@ -161,7 +178,8 @@ async fn web_pages_of_other_sites_and_other_host_names_are_refused() {
         s.server.allowed_hosts = vec!["gateway.internal".into()];
     })
     .await;
-    let body = json!({"model": "brunix", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let body =
+        json!({"model": "brunix", "messages": [{"role": "user", "content": "hi"}]}).to_string();
     let send = |path: &str, headers: Vec<(&'static str, &'static str)>| {
         let mut rb = client()
             .post(gw.url(path))
@@ -172,17 +190,27 @@ async fn web_pages_of_other_sites_and_other_host_names_are_refused() {
         }
         rb.send()
     };
-    let r = send("/v1/chat/completions", vec![("origin", "http://evil.example")])
+    let r = send(
+        "/v1/chat/completions",
+        vec![("origin", "http://evil.example")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 403);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "origin_not_allowed", "{v}");
+    let r = send("/api/chat", vec![("origin", "http://evil.example")])
         .await
         .unwrap();
     assert_eq!(r.status(), 403);
     let v: Value = r.json().await.unwrap();
-    assert_eq!(v["error"]["code"], "origin_not_allowed", "{v}");
-    let r = send("/api/chat", vec![("origin", "http://evil.example")]).await.unwrap();
-    assert_eq!(r.status(), 403);
-    let v: Value = r.json().await.unwrap();
-    assert!(v["error"].as_str().unwrap().contains("server.cors_origins"), "{v}");
-    let r = send("/v1/chat/completions", vec![("host", "evil.example")]).await.unwrap();
+    assert!(
+        v["error"].as_str().unwrap().contains("server.cors_origins"),
+        "{v}"
+    );
+    let r = send("/v1/chat/completions", vec![("host", "evil.example")])
+        .await
+        .unwrap();
     assert_eq!(r.status(), 403);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "host_not_allowed", "{v}");
@@ -204,7 +232,12 @@ async fn web_pages_of_other_sites_and_other_host_names_are_refused() {
 async fn session_ids_are_bounded_and_plain() {
     let up = ScriptedUpstream::start().await;
     let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
-    for id in ["x".repeat(257), "has space".into(), "a/b".into(), "naïve".into()] {
+    for id in [
+        "x".repeat(257),
+        "has space".into(),
+        "a/b".into(),
+        "naïve".into(),
+    ] {
         let (status, _, text) = post(
             &gw.url("/v1/chat/completions"),
             json!({"model": "brunix", "session_id": id, "messages": [{"role": "user", "content": "hi"}]}),
@@ -245,9 +278,15 @@ async fn one_caller_cannot_flush_the_others_sessions() {
     let url = gw.url("");
     let url = url.trim_end_matches('/');
     up.set_default(Reply::tokens(&["ok"]));
-    assert_eq!(turn(url, Some(ALICE), "mine", "Remember GREEN-3.").await.0, 200);
+    assert_eq!(
+        turn(url, Some(ALICE), "mine", "Remember GREEN-3.").await.0,
+        200
+    );
     for n in 0..40 {
-        assert_eq!(turn(url, Some(BOB), &format!("flood-{n}"), "x").await.0, 200);
+        assert_eq!(
+            turn(url, Some(BOB), &format!("flood-{n}"), "x").await.0,
+            200
+        );
     }
     assert_eq!(turn(url, Some(ALICE), "mine", "What was it?").await.0, 200);
     assert!(
@@ -426,9 +465,14 @@ async fn clients_cannot_resize_or_reload_the_assistants_model() {
     let sent = up.last_request().body;
     let window = sent["options"]["num_ctx"].as_u64().unwrap();
     assert!(window <= 4096, "held to the model's window: {sent}");
-    assert!(sent["options"].get("num_gpu").is_none() && sent["options"].get("num_thread").is_none());
+    assert!(
+        sent["options"].get("num_gpu").is_none() && sent["options"].get("num_thread").is_none()
+    );
     assert_eq!(sent["options"]["temperature"], 0.2, "sampling options pass");
-    assert_eq!(sent["keep_alive"], "10m", "the configured keep_alive, not the client's");
+    assert_eq!(
+        sent["keep_alive"], "10m",
+        "the configured keep_alive, not the client's"
+    );
 
     // A smaller window is honoured (the prompt is fitted to it); passthrough forwards all.
     let (status, _, _) = post(
@@ -479,10 +523,21 @@ async fn embedding_requests_are_limited_and_stop_with_their_client() {
     assert_eq!(second.0, 429, "{}", second.2);
     assert!(second.1.get("retry-after").is_some());
     tokio::time::sleep(Duration::from_millis(800)).await;
-    let batches = up.requests().iter().filter(|r| r.path == "/api/embed").count();
+    let batches = up
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/api/embed")
+        .count();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let later = up.requests().iter().filter(|r| r.path == "/api/embed").count();
-    assert!(batches < 30, "{batches} of 100 batches embedded after the client left");
+    let later = up
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/api/embed")
+        .count();
+    assert!(
+        batches < 30,
+        "{batches} of 100 batches embedded after the client left"
+    );
     assert_eq!(batches, later, "no more batches after the client left");
     let (status, _, text) = post(&url, json!({"model": "nomic-embed-text", "input": "one"})).await;
     assert_eq!(status, 200, "the slot was given back: {text}");
@@ -553,5 +608,8 @@ async fn made_up_model_names_are_no_metric_labels() {
         .filter_map(|v| v["fields"]["model"].as_str().map(|m| m.chars().count()))
         .max()
         .unwrap();
-    assert!(longest <= 65, "a log line shows at most 64 characters of it: {longest}");
+    assert!(
+        longest <= 65,
+        "a log line shows at most 64 characters of it: {longest}"
+    );
 }

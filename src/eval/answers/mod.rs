@@ -693,13 +693,19 @@ pub fn write_reports(dir: &Path, response: &EvalResponse) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// Deletes the oldest report folders under `data_dir/eval` beyond the newest `keep`.
+/// Deletes the oldest report folders under `data_dir/eval` beyond the newest `keep`: only
+/// those named by [`default_out_dir`] (a folder given with `--out` there is left alone).
 pub fn prune_reports(data_dir: &Path, keep: usize) -> anyhow::Result<()> {
     let root = data_dir.join("eval");
+    let timestamped = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| chrono::NaiveDateTime::parse_from_str(n, REPORT_DIR_FORMAT).is_ok())
+    };
     let mut dirs: Vec<std::path::PathBuf> = match std::fs::read_dir(&root) {
         Ok(entries) => entries
             .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_dir())
+            .filter(|p| p.is_dir() && timestamped(p))
             .collect(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e).with_context(|| format!("cannot list {}", root.display())),
@@ -712,11 +718,14 @@ pub fn prune_reports(data_dir: &Path, keep: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How report folders under `data_dir/eval` are named: their UTC time.
+const REPORT_DIR_FORMAT: &str = "%Y%m%d-%H%M%S";
+
 /// `data_dir/eval/<UTC timestamp>`: where reports go unless told otherwise.
 pub fn default_out_dir(data_dir: &Path) -> std::path::PathBuf {
     data_dir
         .join("eval")
-        .join(chrono::Utc::now().format("%Y%m%d-%H%M%S").to_string())
+        .join(chrono::Utc::now().format(REPORT_DIR_FORMAT).to_string())
 }
 
 /// The name the evaluated knowledge index goes by: the Qdrant collection on a server,

@@ -11,30 +11,30 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::chat;
+use super::chat::{self, Parse};
 use super::dialect::{self, ApiError, Ollama};
 use super::{body, embeddings, AppState};
 use crate::error::GatewayError;
 use crate::llm::ModelCard;
 use crate::pipeline::ServedModel;
 
-pub use parse::{chat as parse_chat, generate as parse_generate};
-use render::Ndjson;
+pub use render::Ndjson;
 
 /// What this dialect's handlers return on failure.
 pub type Error = ApiError<Ollama>;
 
+/// The chat endpoints: the route as logs and metrics name it, and the body's parser
+/// (the fuzz targets run the same).
+pub const CHAT: (&str, Parse<Ndjson>) = ("/api/chat", parse::chat);
+pub const GENERATE: (&str, Parse<Ndjson>) = ("/api/generate", parse::generate);
+
 /// The routes under `/api`, with this dialect's answers for unknown routes and methods.
 pub fn router() -> Router<AppState> {
+    let chat =
+        |(route, parse): (&'static str, Parse<Ndjson>)| chat::post::<Ollama, Ndjson>(route, parse);
     Router::new()
-        .route(
-            "/chat",
-            chat::post::<Ollama, Ndjson>("/api/chat", parse::chat),
-        )
-        .route(
-            "/generate",
-            chat::post::<Ollama, Ndjson>("/api/generate", parse::generate),
-        )
+        .route("/chat", chat(CHAT))
+        .route("/generate", chat(GENERATE))
         .route("/tags", get(tags))
         .route("/show", post(show))
         .route("/version", get(version))

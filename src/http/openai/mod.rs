@@ -10,28 +10,27 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use super::chat;
+use super::chat::{self, Parse};
 use super::dialect::{self, ApiError, OpenAi};
 use super::{embeddings, eval, AppState};
 use crate::pipeline::ServedModel;
 
-pub use parse::{chat as parse_chat, completion as parse_completion};
-use render::Sse;
+pub use render::Sse;
 
 /// What this dialect's handlers return on failure.
 pub type Error = ApiError<OpenAi>;
 
+/// The chat endpoints: the route as logs and metrics name it, and the body's parser
+/// (the fuzz targets run the same).
+pub const CHAT_COMPLETIONS: (&str, Parse<Sse>) = ("/v1/chat/completions", parse::chat);
+pub const COMPLETIONS: (&str, Parse<Sse>) = ("/v1/completions", parse::completion);
+
 /// The routes under `/v1`, with this dialect's answers for unknown routes and methods.
 pub fn router() -> Router<AppState> {
+    let chat = |(route, parse): (&'static str, Parse<Sse>)| chat::post::<OpenAi, Sse>(route, parse);
     Router::new()
-        .route(
-            "/chat/completions",
-            chat::post::<OpenAi, Sse>("/v1/chat/completions", parse::chat),
-        )
-        .route(
-            "/completions",
-            chat::post::<OpenAi, Sse>("/v1/completions", parse::completion),
-        )
+        .route("/chat/completions", chat(CHAT_COMPLETIONS))
+        .route("/completions", chat(COMPLETIONS))
         .route("/models", get(list_models))
         .route("/models/{*id}", get(get_model))
         .route("/embeddings", post(embeddings::openai))
