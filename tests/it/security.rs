@@ -358,7 +358,21 @@ async fn a_client_that_stops_reading_lets_go_of_everything() {
     assert_eq!(status, 200, "{text}");
     let prompt = prompt_text(&up.last_request());
     assert!(prompt.contains("Write a lot.") && prompt.contains("[answer interrupted]"));
-    drop(stalled);
+    // And the connection itself was closed: what it still held is read, then its end.
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match stalled.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the connection of the client that stopped reading was closed"
+    );
 }
 
 /// Waiting for a session's earlier turn had no bound; it is `sessions.wait_secs`, then a
