@@ -25,7 +25,7 @@ use super::limits::{StreamGate, StreamSlot};
 use super::{body, request_id, AppState};
 use crate::config::ServerSettings;
 use crate::error::GatewayError;
-use crate::llm::{FinishReason, Input, ToolCall, Usage};
+use crate::llm::{FinishReason, Input, ToolCall, UpstreamRequest, Usage};
 use crate::pipeline::{collect, Answer, ChatTurn, Event, EventStream, Pipeline, Source};
 use crate::sessions::{self, Owner};
 use crate::telemetry::{self, UpstreamClock};
@@ -42,6 +42,38 @@ pub struct Parsed<R> {
     pub load: bool,
     /// How this request's answer is rendered (ids, options that shape the output).
     pub render: R,
+}
+
+impl<R> Parsed<R> {
+    /// A request as its client sent it: the turn, with the editor context read from
+    /// every place a client may put it.
+    pub fn client(
+        request: UpstreamRequest,
+        context: Context,
+        mode: (bool, bool),
+        render: R,
+    ) -> Self {
+        let (stream, load) = mode;
+        Self {
+            turn: ChatTurn::from_client(
+                request,
+                context.session_id,
+                context.user.as_ref(),
+                context.additional_context.as_ref(),
+            ),
+            stream,
+            load,
+            render,
+        }
+    }
+}
+
+/// The fields every chat request may carry beside its dialect's own: the conversation
+/// key, and the editor context as clients send it (the `user` field, context items).
+pub struct Context {
+    pub session_id: Option<String>,
+    pub user: Option<Value>,
+    pub additional_context: Option<Value>,
 }
 
 /// When the answer started and when its first token went out (Ollama reports both).

@@ -618,6 +618,55 @@ async fn a_second_evaluation_while_one_runs_gets_409() {
     assert_eq!(status, 200, "{body}");
 }
 
+/// An evaluation whose client went away ran on to its end (minutes on a real model,
+/// keeping the next one out with 409); it now stops with its client.
+#[tokio::test]
+async fn an_evaluation_stops_when_its_client_leaves() {
+    let up = ScriptedUpstream::start().await;
+    // Two questions of two seconds each at least: the abandoned one would run for long.
+    up.set_default(Reply::Tokens {
+        tokens: vec!["Slow".into(), " answer".into()],
+        delay: Duration::from_millis(1000),
+        finish: "stop",
+    });
+    let judge = ScriptedUpstream::start().await;
+    judge.set_default(Reply::tokens(&[FITS_ALL]));
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = write_dataset(dir.path());
+    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
+        one_of_each(s, &dataset);
+        s.judge.base_url = Some(judge.root());
+        s.judge.model = Some(UPSTREAM_MODEL.into());
+    })
+    .await;
+    let url = gw.url("/v1/eval");
+    let gone = client()
+        .post(&url)
+        .json(&json!({}))
+        .timeout(Duration::from_millis(300))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client gave up");
+    // The evaluation stopped with it: the next one is not refused as already running.
+    let mut status = 409;
+    for _ in 0..10 {
+        let (s, _, _) = post(&url, json!({"limit": 1})).await;
+        status = s;
+        if s != 409 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 200);
+    let answers_asked = up.requests().len();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        up.requests().len(),
+        answers_asked,
+        "nothing of the abandoned evaluation runs on"
+    );
+}
+
 #[tokio::test]
 async fn the_html_report_shows_the_numbers_of_the_json() {
     use scraper::{Html, Selector};

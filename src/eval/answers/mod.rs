@@ -736,3 +736,33 @@ pub fn index_name(settings: &crate::config::Settings) -> String {
         Some(_) => settings.qdrant.collection.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reports accumulated without end; the newest `keep` of those the gateway named are
+    /// kept, and a folder someone chose there (`--out data/eval/baseline`) is left alone.
+    #[test]
+    fn only_the_newest_reports_are_kept() {
+        let data = tempfile::tempdir().unwrap();
+        let eval = data.path().join("eval");
+        for name in [
+            "20261101-090000",
+            "20261102-090000",
+            "20261103-090000",
+            "baseline",
+        ] {
+            std::fs::create_dir_all(eval.join(name)).unwrap();
+        }
+        prune_reports(data.path(), 2).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(&eval)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["20261102-090000", "20261103-090000", "baseline"]);
+        // Nothing to prune is no error.
+        prune_reports(tempfile::tempdir().unwrap().path(), 2).unwrap();
+    }
+}

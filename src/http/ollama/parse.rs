@@ -7,10 +7,9 @@ use serde_json::{Map, Value};
 use super::render::{Kind, Ndjson};
 use crate::error::GatewayError;
 use crate::http::body::parse_json;
-use crate::http::chat::{Parsed, WireToolCall};
+use crate::http::chat::{Context, Parsed, WireToolCall};
 use crate::llm::ollama::response_format_of;
 use crate::llm::{GenParams, Input, Message, Role, UpstreamRequest};
-use crate::pipeline::ChatTurn;
 
 /// Both endpoints' fields (no `flatten`, so that errors keep the field's path).
 /// Anything not listed is accepted and ignored.
@@ -177,16 +176,16 @@ impl Request {
             tools,
             tool_choice: None,
         };
-        Parsed {
-            turn: ChatTurn::from_client(
-                request,
-                self.session_id,
-                self.user.as_ref(),
-                self.additional_context.as_ref(),
-            ),
-            stream: self.stream.unwrap_or(true),
-            load,
+        let context = Context {
+            session_id: self.session_id,
+            user: self.user,
+            additional_context: self.additional_context,
+        };
+        Parsed::client(
+            request,
+            context,
+            (self.stream.unwrap_or(true), load),
             render,
-        }
+        )
     }
 }

@@ -7,9 +7,8 @@ use serde_json::Value;
 use super::render::{Kind, Sse};
 use crate::error::GatewayError;
 use crate::http::body::{parse_json, OneOrMany};
-use crate::http::chat::{Parsed, WireToolCall};
+use crate::http::chat::{Context, Parsed, WireToolCall};
 use crate::llm::{GenParams, Input, Message, Role, UpstreamRequest};
-use crate::pipeline::ChatTurn;
 
 /// Both endpoints' fields (no `flatten`, so that errors keep the field's path).
 /// Anything not listed is accepted and ignored.
@@ -280,16 +279,11 @@ impl Request {
             tools,
             tool_choice,
         };
-        Parsed {
-            turn: ChatTurn::from_client(
-                request,
-                self.session_id,
-                self.user.as_ref(),
-                self.additional_context.as_ref(),
-            ),
-            stream: shape.stream,
-            load: false,
-            render,
-        }
+        let context = Context {
+            session_id: self.session_id,
+            user: self.user,
+            additional_context: self.additional_context,
+        };
+        Parsed::client(request, context, (shape.stream, false), render)
     }
 }
