@@ -26,6 +26,7 @@ use super::{body, request_id, AppState};
 use crate::config::ServerSettings;
 use crate::error::GatewayError;
 use crate::llm::{FinishReason, Input, ToolCall, UpstreamRequest, Usage};
+use crate::pipeline::classify::truncate_chars;
 use crate::pipeline::{collect, Answer, ChatTurn, Event, EventStream, Pipeline, Source};
 use crate::sessions::{self, Owner};
 use crate::telemetry::{self, UpstreamClock};
@@ -551,7 +552,7 @@ impl Drop for ChatLog {
             request_id = self.request_id,
             dialect = self.dialect,
             route = self.route,
-            model = &*truncate(&self.model, LOGGED_MODEL_CHARS),
+            model = truncate_chars(&self.model, LOGGED_MODEL_CHARS),
             stream = self.stream,
             status = self.status,
             outcome = self.outcome,
@@ -563,14 +564,6 @@ impl Drop for ChatLog {
             error = self.error,
             "chat request"
         );
-    }
-}
-
-/// At most `max` characters of `text`, marked when cut.
-fn truncate(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
-    match text.char_indices().nth(max) {
-        None => std::borrow::Cow::Borrowed(text),
-        Some((at, _)) => std::borrow::Cow::Owned(format!("{}…", &text[..at])),
     }
 }
 

@@ -497,7 +497,7 @@ pub(crate) fn format_history(messages: &[Message], max_chars: usize) -> String {
 }
 
 /// The first `max` characters of `text`, with an ellipsis when cut.
-pub(crate) fn truncate_chars(text: &str, max: usize) -> String {
+pub fn truncate_chars(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         None => text.to_string(),
         Some((at, _)) => format!("{}…", &text[..at]),
