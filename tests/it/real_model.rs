@@ -15,11 +15,11 @@ use crate::support::*;
 use assist_gateway::config::{EmbeddingProvider, Provider};
 use serde_json::{json, Value};
 
-const MODEL: &str = "smollm2";
+pub(crate) const MODEL: &str = "smollm2";
 
-struct ModelServer {
+pub(crate) struct ModelServer {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl Drop for ModelServer {
@@ -29,7 +29,7 @@ impl Drop for ModelServer {
     }
 }
 
-async fn start_model_server(python: &str, gguf: &str) -> ModelServer {
+pub(crate) async fn start_model_server(python: &str, gguf: &str) -> ModelServer {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -73,10 +73,10 @@ async fn start_model_server(python: &str, gguf: &str) -> ModelServer {
 
 /// A pass-through HTTP proxy in front of the model server that keeps every JSON request
 /// body, so the test can see exactly what the model was sent.
-type Seen = Arc<Mutex<Vec<Value>>>;
+pub(crate) type Seen = Arc<Mutex<Vec<Value>>>;
 type ProxyState = (String, Seen, reqwest::Client);
 
-async fn recording_proxy(target: String) -> (String, Seen) {
+pub(crate) async fn recording_proxy(target: String) -> (String, Seen) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let state = (target, seen.clone(), reqwest::Client::new());
     let app = axum::Router::new()
