@@ -229,6 +229,7 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
             reformulator,
             retriever: retriever.clone(),
             sessions,
+            tokens: crate::llm::tokenizer_from_settings(&settings.llm)?,
         },
     );
     Ok(Parts {

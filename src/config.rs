@@ -198,6 +198,17 @@ pub struct LlmSettings {
     /// upstream's own default), whatever a client asks.
     #[serde(default, with = "unset_if_empty")]
     pub keep_alive: Option<String>,
+    /// How the assistant's prompts are measured against the model's window.
+    pub tokenizer: Tokenizer,
+}
+
+/// `llm.tokenizer`: count with the upstream's own tokenizer when it has one, or only
+/// estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tokenizer {
+    Upstream,
+    Estimate,
 }
 
 /// One `[[llm.fallbacks]]` table: another upstream that can answer for the assistant.

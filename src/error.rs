@@ -87,6 +87,15 @@ impl GatewayError {
         )
     }
 
+    /// 400: the prompt does not fit the model's window, even with no context, history or
+    /// anything else the gateway adds (OpenAI's `context_length_exceeded`).
+    pub fn context_length_exceeded(message: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+            .with_code("context_length_exceeded");
+        e.param = Some("messages".into());
+        e
+    }
+
     /// 403 for a request the gateway refuses to serve whoever sends it (a foreign host or
     /// web page).
     pub fn forbidden(code: &'static str, message: impl Into<String>) -> Self {
@@ -154,6 +163,7 @@ impl From<UpstreamError> for GatewayError {
         // Whole seconds, rounded up, as the header carries them.
         let retry_after = e.retry_after.map(|d| d.as_millis().div_ceil(1000) as u64);
         let error = match e.kind {
+            _ if e.is_context_overflow() => Self::context_length_exceeded(message),
             K::Unreachable => Self::new(StatusCode::BAD_GATEWAY, "upstream_error", message)
                 .with_code("upstream_unreachable"),
             K::Timeout => Self::new(StatusCode::GATEWAY_TIMEOUT, "upstream_error", message)

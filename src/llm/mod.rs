@@ -6,6 +6,7 @@ pub mod local;
 pub mod ollama;
 pub mod openai;
 pub mod resilient;
+pub mod tokenize;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use serde_json::{Map, Value};
 
-use crate::config::{EmbeddingProvider, EmbeddingSettings, LlmSettings, Provider};
+use crate::config::{EmbeddingProvider, EmbeddingSettings, LlmSettings, Provider, Tokenizer};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -385,6 +386,33 @@ impl UpstreamError {
         }
     }
 
+    /// Whether the upstream refused the prompt as longer than the model's window, in any
+    /// of the ways real servers say it: an HTTP 400 (OpenAI, vLLM, llama.cpp and
+    /// llama-cpp-python: `context_length_exceeded`, `exceed_context_size_error`, "maximum
+    /// context length"), or Ollama's error ("input length exceeds the context length").
+    pub fn is_context_overflow(&self) -> bool {
+        if !matches!(
+            self.kind,
+            UpstreamErrorKind::Status(400 | 413 | 422 | 500) | UpstreamErrorKind::Stream
+        ) {
+            return false;
+        }
+        let detail = self.detail.to_ascii_lowercase();
+        [
+            "context_length_exceeded",
+            "context length",
+            "context window",
+            "context size",
+            "exceed_context",
+            "maximum context",
+            "n_ctx",
+            "prompt is too long",
+            "too many tokens",
+        ]
+        .iter()
+        .any(|needle| detail.contains(needle))
+    }
+
     fn describe(&self) -> String {
         let (url, detail) = (&self.url, &self.detail);
         match &self.kind {
@@ -460,6 +488,28 @@ pub fn from_settings(settings: &LlmSettings) -> anyhow::Result<Arc<dyn ChatModel
         upstreams,
         resilient::Policy::from_settings(settings),
     )))
+}
+
+/// The upstream's tokenizer, for counting prompts: OpenAI-compatible upstreams may have
+/// one (llama.cpp, llama-cpp-python, vLLM); Ollama has none. `None` with
+/// `llm.tokenizer = "estimate"`.
+pub fn tokenizer_from_settings(
+    settings: &LlmSettings,
+) -> anyhow::Result<Option<Arc<dyn tokenize::TokenCounter>>> {
+    if settings.provider != Provider::Openai || settings.tokenizer != Tokenizer::Upstream {
+        return Ok(None);
+    }
+    let root = tokenize::UpstreamTokenizer::root_of(&settings.base_url);
+    let up = http::Upstream::new(
+        root,
+        settings.api_key.as_deref(),
+        settings.connect_timeout,
+        settings.first_byte_timeout,
+    )?;
+    Ok(Some(Arc::new(tokenize::UpstreamTokenizer::new(
+        up,
+        &settings.model,
+    ))))
 }
 
 /// Builds the configured embedder; `None` when `embeddings.provider = "none"`.

@@ -7,7 +7,7 @@
 //! Editor code (selection, open file, extra context) is included only when the question is
 //! about it; items the user attached explicitly (`additional_context`) always are.
 
-use crate::context::budget::{self, Entry, Section, SectionReport};
+use crate::context::budget::{self, Entry, Estimator, Section, SectionReport};
 use crate::context::EditorContext;
 use crate::llm::{Message, Role};
 use crate::pipeline::classify::QueryType;
@@ -28,6 +28,8 @@ pub struct Request<'a> {
     /// The model's context window and the tokens kept free for the answer.
     pub window_tokens: usize,
     pub answer_tokens: usize,
+    /// How text is measured (scaled to the upstream's tokenizer when it was seen).
+    pub estimate: Estimator,
 }
 
 pub struct Assembled {
@@ -37,15 +39,28 @@ pub struct Assembled {
     pub context_budget: usize,
     /// Earlier messages left out because the window was too small for them.
     pub history_dropped: usize,
+    /// The whole prompt's estimated size, chat template included.
+    pub estimated_tokens: usize,
+    /// Whether anything the gateway added (context, earlier turns) is still in the
+    /// prompt, i.e. whether a smaller window could still be met by cutting.
+    pub can_shrink: bool,
 }
 
-/// Tokens a message costs beyond its text (role and separators), roughly.
-const MESSAGE_OVERHEAD: usize = 4;
+/// Tokens a message costs beyond its text in a chat template (role markers, separators:
+/// 5 in ChatML, 5 in Llama 3's), with room to spare.
+const MESSAGE_OVERHEAD: usize = 8;
+/// The template's own tokens besides the messages (BOS, the assistant's header).
+const PROMPT_OVERHEAD: usize = 8;
 
-fn message_tokens(messages: &[Message]) -> usize {
+/// What the chat template adds to `n` messages.
+pub fn template_tokens(n: usize) -> usize {
+    n * MESSAGE_OVERHEAD + PROMPT_OVERHEAD
+}
+
+fn message_tokens(messages: &[Message], estimate: &Estimator) -> usize {
     messages
         .iter()
-        .map(|m| budget::estimate_tokens(&m.content) + MESSAGE_OVERHEAD)
+        .map(|m| estimate.tokens(&m.content) + MESSAGE_OVERHEAD)
         .sum()
 }
 
@@ -55,38 +70,44 @@ pub fn assemble(req: Request<'_>) -> Assembled {
         QueryType::CodeGeneration => &req.prompts.code_generation,
         QueryType::Conversational => &req.prompts.conversational,
     };
+    let est = &req.estimate;
     let head = format!("{}\n\n{}", req.prompts.system, instructions);
-    let fixed = budget::estimate_tokens(&head)
+    let fixed = est.tokens(&head)
         + MESSAGE_OVERHEAD
-        + message_tokens(&req.messages)
+        + PROMPT_OVERHEAD
+        + message_tokens(&req.messages, est)
         + req.answer_tokens;
     // The oldest conversation goes first when the window is too small for all of it.
     let mut history = req.history;
     let mut history_dropped = 0;
-    while !history.is_empty() && fixed + message_tokens(&history) > req.window_tokens {
+    while !history.is_empty() && fixed + message_tokens(&history, est) > req.window_tokens {
         let n = if history.len() >= 2 { 2 } else { 1 };
         history.drain(..n);
         history_dropped += n;
     }
     let context_budget = req
         .window_tokens
-        .saturating_sub(fixed + message_tokens(&history));
+        .saturating_sub(fixed + message_tokens(&history, est));
     let sections = sections(req.editor, req.use_editor, req.query_type, req.hits);
-    let (context, reports) = budget::fit(&sections, context_budget);
+    let (context, reports) = budget::fit(&sections, context_budget, est);
     let mut system = head;
     if !context.is_empty() {
         system.push_str("\n\n");
         system.push_str(context.trim_end());
     }
+    let can_shrink = !context.is_empty() || !history.is_empty();
     let mut messages = Vec::with_capacity(1 + history.len() + req.messages.len());
     messages.push(Message::text(Role::System, system));
     messages.extend(history);
     messages.extend(req.messages);
+    let estimated_tokens = message_tokens(&messages, est) + PROMPT_OVERHEAD;
     Assembled {
         messages,
         sections: reports,
         context_budget,
         history_dropped,
+        estimated_tokens,
+        can_shrink,
     }
 }
 
@@ -208,6 +229,7 @@ mod tests {
             messages: vec![Message::text(Role::User, "why is this not catching?")],
             window_tokens: 4096,
             answer_tokens: 512,
+            estimate: Estimator::default(),
         }
     }
 
@@ -276,6 +298,7 @@ mod tests {
         assert!(out.messages[1]
             .content
             .starts_with(&format!("turn {}", out.history_dropped)));
-        assert!(message_tokens(&out.messages) + 512 <= 1200);
+        assert!(out.estimated_tokens + 512 <= 1200);
+        assert!(out.can_shrink);
     }
 }

@@ -20,8 +20,10 @@ use futures::StreamExt;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::context::budget::Estimator;
 use crate::context::EditorContext;
 use crate::error::GatewayError;
+use crate::llm::tokenize::TokenCounter;
 use crate::llm::{
     ChatModel, Chunk, ChunkStream, FinishReason, Input, Message, ModelCard, Role, ToolCall,
     UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamProbe, UpstreamRequest, Usage,
@@ -161,6 +163,11 @@ pub struct Pipeline {
     upstream_models: std::sync::RwLock<KnownModels>,
     /// One listing at a time when the cached one is stale.
     listing: tokio::sync::Mutex<()>,
+    /// The upstream's tokenizer, when it has one.
+    tokens: Option<Arc<dyn TokenCounter>>,
+    /// Tokens the upstream counted per estimated token (an `f64`'s bits), learned from
+    /// the prompts it counted.
+    scale: std::sync::atomic::AtomicU64,
 }
 
 /// Model names an upstream listed, and when.
@@ -168,6 +175,8 @@ pub struct Pipeline {
 struct KnownModels {
     names: HashSet<String>,
     listed: Option<Instant>,
+    /// Whether the last listing succeeded (a failed one leaves names as they were).
+    answered: bool,
 }
 
 /// How long a listing of the upstream's models is trusted before a name it lacks makes
@@ -223,6 +232,8 @@ pub struct Stages {
     pub retriever: Arc<Retriever>,
     /// `None`: no conversation memory (e.g. `ask`).
     pub sessions: Option<Arc<Sessions>>,
+    /// The upstream's tokenizer; `None`: prompts are estimated.
+    pub tokens: Option<Arc<dyn TokenCounter>>,
 }
 
 impl Pipeline {
@@ -237,6 +248,8 @@ impl Pipeline {
             window: tokio::sync::OnceCell::new(),
             upstream_models: std::sync::RwLock::default(),
             listing: tokio::sync::Mutex::new(()),
+            tokens: stages.tokens,
+            scale: std::sync::atomic::AtomicU64::new(1.0f64.to_bits()),
         }
     }
 
@@ -284,7 +297,11 @@ impl Pipeline {
     ) -> Result<EventStream, GatewayError> {
         match self.route(&turn.request.model)? {
             Route::Passthrough => {
-                self.learn_models(&turn.request.model).await;
+                // Only what the upstream serves: servers that answer any name (llama.cpp)
+                // would otherwise answer for models that do not exist.
+                if !self.learn_models(&turn.request.model).await {
+                    return Err(GatewayError::model_not_found(&turn.request.model));
+                }
                 let prompt_estimate = estimate_tokens(&turn.request.input);
                 let chunks = clock.time(self.chat.stream(turn.request)).await?;
                 Ok(answer_events(
@@ -344,11 +361,13 @@ impl Pipeline {
         let window = asked
             .and_then(Value::as_u64)
             .map_or(window, |n| (n as usize).clamp(256, window));
-        let answer_tokens = request
-            .params
-            .max_tokens
-            .unwrap_or(self.config.answer_reserve_tokens) as usize;
-        let assembled = self.assemble(assemble::Request {
+        // A client's max_tokens is kept to; the configured reserve gives way to a small
+        // window (a client's num_ctx) so that a prompt still fits.
+        let answer_tokens = match request.params.max_tokens {
+            Some(n) => n as usize,
+            None => (self.config.answer_reserve_tokens as usize).min(window / 4),
+        };
+        let base = assemble::Request {
             prompts: &self.config.prompts,
             query_type,
             use_editor,
@@ -358,7 +377,9 @@ impl Pipeline {
             messages,
             window_tokens: window,
             answer_tokens,
-        });
+            estimate: self.estimator(),
+        };
+        let (assembled, smaller) = self.assemble(base).await?;
         request.model = self.config.upstream_model.clone();
         request.input = Input::Chat(assembled);
         // The shared upstream's model is the gateway's to load: no reloads, no other
@@ -378,7 +399,12 @@ impl Pipeline {
             }),
             _ => None,
         };
-        self.generate(request, &hits, memory, clock, started).await
+        let fallback = smaller.map(|messages| UpstreamRequest {
+            input: Input::Chat(messages),
+            ..request.clone()
+        });
+        self.generate(request, fallback, &hits, memory, clock, started)
+            .await
     }
 
     /// Session: waits for the session's earlier turns to finish (at most
@@ -509,11 +535,81 @@ impl Pipeline {
         }
     }
 
-    /// Assemble: the messages the upstream model gets, within its window.
-    fn assemble(&self, request: assemble::Request<'_>) -> Vec<Message> {
+    /// Assemble: the messages the upstream model gets, within its window, measured with
+    /// the upstream's tokenizer when it has one (the estimate scaled by what it counted,
+    /// then checked: cut further while the count is over), else estimated. Also, for a
+    /// prompt that fills most of the window, a smaller one (half the room for context) to
+    /// retry with if the upstream still finds it too long. An error when even the client's
+    /// own messages and the answer do not fit.
+    async fn assemble(
+        &self,
+        request: assemble::Request<'_>,
+    ) -> Result<(Vec<Message>, Option<Vec<Message>>), GatewayError> {
         let t = Instant::now();
         let window = request.window_tokens;
-        let assembled = assemble::assemble(request);
+        let answer = request.answer_tokens;
+        if answer >= window {
+            let mut e = GatewayError::context_length_exceeded(format!(
+                "the answer may take {answer} tokens (max_tokens), which leaves nothing of \
+                 the model's window of {window} tokens for the prompt"
+            ));
+            e.param = Some("max_tokens".into());
+            return Err(e);
+        }
+        let limit = window - answer;
+        let mut estimate = request.estimate;
+        let mut counted = None;
+        let mut rounds = 0;
+        let assembled = loop {
+            let assembled = assemble::assemble(assemble::Request {
+                history: request.history.clone(),
+                messages: request.messages.clone(),
+                estimate,
+                ..request
+            });
+            let Some(total) = self.count(&assembled.messages).await else {
+                break assembled;
+            };
+            counted = Some(total);
+            if rounds == 0 {
+                self.learn_scale(total, assembled.estimated_tokens, estimate.scale);
+            }
+            if total <= limit {
+                break assembled;
+            }
+            if !assembled.can_shrink {
+                tracing::warn!(
+                    stage = "assemble",
+                    window,
+                    answer_tokens = answer,
+                    prompt_tokens = total,
+                    "the client's messages alone do not fit the window"
+                );
+                return Err(GatewayError::context_length_exceeded(format!(
+                    "this model's window is {window} tokens: the prompt (the messages and the \
+                     assistant's instructions) takes {total} and the answer {answer} more; \
+                     shorten the messages or ask for fewer tokens"
+                )));
+            }
+            rounds += 1;
+            estimate.scale = if rounds >= 3 {
+                // Nothing but the client's own messages.
+                1e6
+            } else {
+                estimate.scale * total as f64 / limit as f64 * 1.05
+            };
+        };
+        // Retrying is worth it only for a long prompt with something left to cut.
+        let long = assembled.estimated_tokens.max(counted.unwrap_or(0)) * 2 >= limit;
+        let smaller = (long && assembled.can_shrink).then(|| {
+            assemble::assemble(assemble::Request {
+                estimate: Estimator {
+                    scale: estimate.scale * 2.0,
+                },
+                ..request
+            })
+            .messages
+        });
         let cut: Vec<&str> = assembled
             .sections
             .iter()
@@ -525,6 +621,9 @@ impl Pipeline {
             ms = ms(t),
             window,
             context_budget = assembled.context_budget,
+            estimated_tokens = assembled.estimated_tokens,
+            counted_tokens = counted,
+            rounds,
             sections = assembled.sections.len(),
             cut = ?cut,
             history_dropped = assembled.history_dropped,
@@ -532,14 +631,63 @@ impl Pipeline {
             "stage"
         );
         telemetry::stage("assemble", t.elapsed());
-        assembled.messages
+        Ok((assembled.messages, smaller))
+    }
+
+    /// The prompt's tokens by the upstream's tokenizer, chat template included; `None`
+    /// when it has no tokenizer or did not answer.
+    async fn count(&self, messages: &[Message]) -> Option<usize> {
+        let counter = self.tokens.as_ref()?;
+        let mut text = String::with_capacity(messages.iter().map(|m| m.content.len() + 1).sum());
+        for m in messages {
+            text.push_str(&m.content);
+            text.push('\n');
+        }
+        let n = counter.count(&text).await?;
+        Some(n + assemble::template_tokens(messages.len()))
+    }
+
+    /// Estimates scaled to the upstream's tokenizer, as far as it was seen.
+    fn estimator(&self) -> Estimator {
+        let learned = f64::from_bits(self.scale.load(std::sync::atomic::Ordering::Relaxed));
+        Estimator {
+            // A little over what was seen: counts vary with the text.
+            scale: learned * 1.05,
+        }
+    }
+
+    /// Learns how the upstream's counts compare with the estimate, from one prompt that
+    /// was estimated at `estimated` with `scale` and counted at `counted`.
+    fn learn_scale(&self, counted: usize, estimated: usize, scale: f64) {
+        let raw = estimated as f64 / scale;
+        if raw < 64.0 || !raw.is_finite() {
+            return;
+        }
+        let seen = (counted as f64 / raw).clamp(0.2, 4.0);
+        let cell = &self.scale;
+        let _ = cell.fetch_update(
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+            |bits| {
+                let old = f64::from_bits(bits);
+                // Quick to follow a higher count (overflow), slow to trust a lower one.
+                let next = if seen > old {
+                    seen
+                } else {
+                    old * 0.8 + seen * 0.2
+                };
+                Some(next.to_bits())
+            },
+        );
     }
 
     /// Generate: the upstream's answer as events, with the sources first and the turn
-    /// saved to its session when the answer ends (or is cut off).
+    /// saved to its session when the answer ends (or is cut off). When the upstream finds
+    /// the prompt too long before its first token, the `smaller` one is sent instead, once.
     async fn generate(
         &self,
         request: UpstreamRequest,
+        smaller: Option<UpstreamRequest>,
         hits: &[Scored],
         memory: Option<Memory>,
         clock: Arc<UpstreamClock>,
@@ -547,7 +695,26 @@ impl Pipeline {
     ) -> Result<EventStream, GatewayError> {
         let prompt_estimate = estimate_tokens(&request.input);
         let sources: Vec<Source> = hits.iter().map(Source::of).collect();
-        let chunks = clock.time(self.chat.stream(request)).await?;
+        let (chunks, retry) = match clock.time(self.chat.stream(request)).await {
+            // Refused as too long, or (llama-cpp-python) an empty stream after a long
+            // prompt: `smaller` exists only for long prompts.
+            Err(e) if overflowed(&e) && smaller.is_some() => {
+                tracing::warn!(
+                    stage = "generate",
+                    "the upstream found the prompt too long: retrying with less context"
+                );
+                let smaller = smaller.ok_or_else(|| GatewayError::from(e))?;
+                (clock.time(self.chat.stream(smaller)).await?, None)
+            }
+            Err(e) => return Err(e.into()),
+            Ok(chunks) => (
+                chunks,
+                smaller.map(|request| Retry {
+                    chat: self.chat.clone(),
+                    request,
+                }),
+            ),
+        };
         tracing::debug!(ms = ms(started), "upstream accepted the assistant turn");
         Ok(answer_events(
             chunks,
@@ -558,6 +725,7 @@ impl Pipeline {
                 cite: self.config.cite_sources,
                 memory,
                 started,
+                retry,
             }),
         ))
     }
@@ -634,6 +802,10 @@ impl Pipeline {
             .upstream_models
             .read()
             .unwrap_or_else(|e| e.into_inner());
+        self.lists_in(&known, name)
+    }
+
+    fn lists_in(&self, known: &KnownModels, name: &str) -> bool {
         let bare = name.strip_suffix(":latest").unwrap_or(name);
         known.names.contains(name)
             || known.names.contains(bare)
@@ -647,13 +819,16 @@ impl Pipeline {
             .unwrap_or_else(|e| e.into_inner());
         known.names = models.iter().map(|m| m.id.clone()).collect();
         known.listed = Some(Instant::now());
+        known.answered = true;
     }
 
-    /// Lists the upstream's models again when `name` is not among those it listed and the
-    /// listing is older than a minute (at most once a minute).
-    async fn learn_models(&self, name: &str) {
+    /// Whether the upstream serves `name`: listed, or not known otherwise because the
+    /// upstream could not list its models (then its own answer decides). Lists the
+    /// upstream's models again when `name` is not among those it listed and the listing
+    /// is older than a minute (at most once a minute).
+    async fn learn_models(&self, name: &str) -> bool {
         if self.lists(name) {
-            return;
+            return true;
         }
         // Requests that find the listing stale wait for one refresh, then look again.
         let _one_at_a_time = self.listing.lock().await;
@@ -674,8 +849,14 @@ impl Pipeline {
                     .write()
                     .unwrap_or_else(|e| e.into_inner());
                 known.listed = Some(Instant::now());
+                known.answered = false;
             }
         }
+        let known = self
+            .upstream_models
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        !known.answered || self.lists_in(&known, name)
     }
 
     /// One served model by name, or 404.
@@ -723,6 +904,15 @@ struct Assistant {
     cite: bool,
     memory: Option<Memory>,
     started: Instant,
+    /// A shorter prompt for when the upstream ends the stream before its first token
+    /// because the prompt was too long (llama-cpp-python streams nothing and closes;
+    /// others say so in the stream).
+    retry: Option<Retry>,
+}
+
+struct Retry {
+    chat: Arc<dyn ChatModel>,
+    request: UpstreamRequest,
 }
 
 /// The turn being answered, saved to its session when the answer ends, or, when the
@@ -789,9 +979,9 @@ fn answer_events(
     assistant: Option<Assistant>,
 ) -> EventStream {
     async_stream::stream! {
-        let (sources, cite, mut memory, started) = match assistant {
-            Some(a) => (Some(a.sources), a.cite, a.memory, Some(a.started)),
-            None => (None, false, None, None),
+        let (sources, cite, mut memory, started, mut retry) = match assistant {
+            Some(a) => (Some(a.sources), a.cite, a.memory, Some(a.started), a.retry),
+            None => (None, false, None, None, None),
         };
         if let Some(sources) = &sources {
             yield Event::Sources(sources.clone());
@@ -803,6 +993,11 @@ fn answer_events(
             upstream.clock.since(waiting);
             let item = match next {
                 Ok(Some(item)) => item,
+                Ok(None) if deltas == 0 && retry.is_some() => Err(UpstreamError::new(
+                    UpstreamErrorKind::Closed,
+                    &upstream.url,
+                    "stream ended early",
+                )),
                 Ok(None) => break,
                 Err(_) => Err(UpstreamError::new(
                     UpstreamErrorKind::Timeout,
@@ -818,7 +1013,10 @@ fn answer_events(
                     }
                     yield Event::Delta(text);
                 }
-                Ok(Chunk::ToolCalls(calls)) => yield Event::ToolCalls(calls),
+                Ok(Chunk::ToolCalls(calls)) => {
+                    retry = None;
+                    yield Event::ToolCalls(calls);
+                }
                 Ok(Chunk::Done { finish, usage }) => {
                     if let Some(list) = sources.as_deref().filter(|s| cite && !s.is_empty()) {
                         let text = citation(list);
@@ -848,6 +1046,28 @@ fn answer_events(
                     yield Event::Done { finish, usage };
                     return;
                 }
+                Err(e) if deltas == 0 && overflowed(&e) && retry.is_some() =>
+                {
+                    let Some(Retry { chat, request }) = retry.take() else { continue };
+                    tracing::warn!(
+                        stage = "generate",
+                        "the upstream ended the answer before its first token after a long \
+                         prompt: retrying with less context"
+                    );
+                    let waiting = Instant::now();
+                    let again = chat.stream(request).await;
+                    upstream.clock.since(waiting);
+                    match again {
+                        Ok(more) => chunks = more,
+                        Err(e) => {
+                            if let Some(m) = memory.take() {
+                                m.save(true).await;
+                            }
+                            yield Event::Error(e.into());
+                            return;
+                        }
+                    }
+                }
                 Err(e) => {
                     if let Some(m) = memory.take() {
                         m.save(true).await;
@@ -864,6 +1084,12 @@ fn answer_events(
         yield Event::Error(closed.into());
     }
     .boxed()
+}
+
+/// Whether an upstream that failed before the first token may have found the prompt too
+/// long: it said so, or it closed the stream without a word (llama-cpp-python's way).
+fn overflowed(e: &UpstreamError) -> bool {
+    e.is_context_overflow() || e.kind == UpstreamErrorKind::Closed
 }
 
 /// The "Sources:" list appended to the answer with `assistant.cite_sources`.
@@ -921,15 +1147,16 @@ fn ms(since: Instant) -> f64 {
     (since.elapsed().as_secs_f64() * 1e5).round() / 100.0
 }
 
-/// Rough token count (4 characters a token) for upstreams that report no usage.
+/// Estimated prompt tokens, for upstreams that report no usage.
 fn estimate_tokens(input: &Input) -> u64 {
-    let chars: usize = match input {
-        Input::Chat(messages) => messages.iter().map(|m| m.content.chars().count()).sum(),
+    use crate::context::budget::estimate_tokens as tokens;
+    let n: usize = match input {
+        Input::Chat(messages) => messages.iter().map(|m| tokens(&m.content)).sum(),
         Input::Prompt { prompt, system, .. } => {
-            prompt.chars().count() + system.as_deref().map_or(0, |s| s.chars().count())
+            tokens(prompt) + system.as_deref().map_or(0, tokens)
         }
     };
-    (chars as u64).div_ceil(4)
+    n as u64
 }
 
 /// Collects a whole answer; an error event becomes the error.
@@ -949,7 +1176,7 @@ pub async fn collect(mut events: EventStream) -> Result<Answer, GatewayError> {
                     sources,
                     finish,
                     usage,
-                })
+                });
             }
             Event::Error(e) => return Err(e),
         }

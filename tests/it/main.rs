@@ -31,4 +31,6 @@ mod openai_api;
 mod operations;
 mod python_clients;
 mod real_model;
+mod real_window;
 mod security;
+mod window;

@@ -98,6 +98,51 @@ struct Shared {
     also_serves: Mutex<Option<String>>,
     /// How long each embedding request takes (see `slow_embeddings`).
     embed_delay: Mutex<Duration>,
+    /// A context window the upstream enforces (see `limit_window`).
+    window: Mutex<Option<Window>>,
+    /// Texts counted by the tokenizer endpoint (kept apart from `requests`).
+    tokenized: Mutex<Vec<String>>,
+}
+
+/// A model window enforced as real servers do, with a tokenizer denser than the gateway's
+/// estimate when `chars_per_token` is small.
+#[derive(Clone, Debug)]
+pub struct Window {
+    /// Prompt plus requested answer tokens allowed.
+    pub tokens: usize,
+    pub chars_per_token: f64,
+    /// Serves llama-cpp-python's `POST /extras/tokenize/count`.
+    pub tokenizer: bool,
+    pub overflow: Overflow,
+}
+
+/// How an overflowing prompt is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Overflow {
+    /// HTTP 400 with llama-cpp-python's body (OpenAI paths) or Ollama's error.
+    Status,
+    /// What llama-cpp-python does with a streamed request: 200, SSE headers, then
+    /// nothing.
+    EmptyStream,
+}
+
+impl Window {
+    /// The upstream's count of a text.
+    pub fn count(&self, text: &str) -> usize {
+        (text.chars().count() as f64 / self.chars_per_token).ceil() as usize
+    }
+
+    /// The upstream's count of a request's prompt: the text plus 5 template tokens a
+    /// message (ChatML).
+    pub fn prompt_tokens(&self, body: &Value) -> usize {
+        match body["messages"].as_array() {
+            Some(messages) => messages
+                .iter()
+                .map(|m| self.count(m["content"].as_str().unwrap_or("")) + 5)
+                .sum(),
+            None => self.count(body["prompt"].as_str().unwrap_or("")),
+        }
+    }
 }
 
 impl Shared {
@@ -130,6 +175,7 @@ impl ScriptedUpstream {
             .route("/v1/chat/completions", route_post(handle))
             .route("/v1/completions", route_post(handle))
             .route("/v1/models", get(models))
+            .route("/extras/tokenize/count", route_post(tokenize))
             .route("/api/embed", route_post(embed))
             .route("/v1/embeddings", route_post(embed))
             .with_state(shared.clone());
@@ -175,9 +221,19 @@ impl ScriptedUpstream {
         *self.shared.embed_delay.lock().unwrap() = delay;
     }
 
-    /// Serves `model` too (chat and generate requests for it are answered, not 404).
+    /// Enforces a context window from now on.
+    pub fn limit_window(&self, window: Window) {
+        *self.shared.window.lock().unwrap() = Some(window);
+    }
+
+    /// Serves `model` too (listed, and chat and generate requests for it are answered).
     pub fn serve_model(&self, model: &str) {
         *self.shared.also_serves.lock().unwrap() = Some(model.to_string());
+    }
+
+    /// The texts the tokenizer endpoint counted.
+    pub fn tokenized(&self) -> Vec<String> {
+        self.shared.tokenized.lock().unwrap().clone()
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -265,22 +321,52 @@ async fn embed(
     }
 }
 
-async fn tags() -> Response {
-    axum::Json(json!({"models": [{
-        "name": UPSTREAM_MODEL, "model": UPSTREAM_MODEL,
-        "modified_at": "2026-01-02T03:04:05.123456789Z", "size": 1234567,
-        "digest": "a".repeat(64),
-        "details": {"parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
-                    "parameter_size": "135M", "quantization_level": "Q8_0"}
-    }]}))
-    .into_response()
+/// `UPSTREAM_MODEL` and the one `serve_model` added.
+fn served(shared: &Shared) -> Vec<String> {
+    let mut names = vec![UPSTREAM_MODEL.to_string()];
+    names.extend(shared.also_serves.lock().unwrap().clone());
+    names
 }
 
-async fn models() -> Response {
-    axum::Json(json!({"object": "list", "data": [
-        {"id": UPSTREAM_MODEL, "object": "model", "created": 1700000000, "owned_by": "scripted"}
-    ]}))
-    .into_response()
+async fn tags(State(shared): State<Arc<Shared>>) -> Response {
+    let models: Vec<Value> = served(&shared)
+        .iter()
+        .map(|name| {
+            json!({
+                "name": name, "model": name,
+                "modified_at": "2026-01-02T03:04:05.123456789Z", "size": 1234567,
+                "digest": "a".repeat(64),
+                "details": {"parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
+                            "parameter_size": "135M", "quantization_level": "Q8_0"}
+            })
+        })
+        .collect();
+    axum::Json(json!({ "models": models })).into_response()
+}
+
+async fn models(State(shared): State<Arc<Shared>>) -> Response {
+    let data: Vec<Value> = served(&shared)
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 1700000000, "owned_by": "scripted"}))
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// llama-cpp-python's token count, when the window says the upstream has a tokenizer.
+async fn tokenize(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    match shared.window.lock().unwrap().clone() {
+        Some(w) if w.tokenizer => {
+            let text = body["input"].as_str().unwrap_or("");
+            shared.tokenized.lock().unwrap().push(text.to_string());
+            axum::Json(json!({"count": w.count(text)})).into_response()
+        }
+        _ => (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"detail": "Not Found"})),
+        )
+            .into_response(),
+    }
 }
 
 async fn show(body: Bytes) -> Response {
@@ -404,6 +490,38 @@ async fn handle(
             ),
         };
         return (StatusCode::from_u16(status).unwrap(), axum::Json(body)).into_response();
+    }
+    let window = shared.window.lock().unwrap().clone();
+    if let Some(w) = window {
+        let asked = body["max_tokens"]
+            .as_u64()
+            .or(body["options"]["num_predict"].as_u64())
+            .unwrap_or(0) as usize;
+        let prompt = w.prompt_tokens(&body);
+        let streamed = body["stream"].as_bool().unwrap_or(true);
+        if prompt + asked > w.tokens {
+            return match (w.overflow, wire) {
+                (Overflow::EmptyStream, Wire::OpenAiChat | Wire::OpenAiText) if streamed => {
+                    Response::builder()
+                        .header("content-type", "text/event-stream; charset=utf-8")
+                        .body(Body::empty())
+                        .unwrap()
+                }
+                (_, Wire::OllamaChat | Wire::OllamaGenerate) => (
+                    StatusCode::BAD_REQUEST,
+                    axum::Json(json!({"error": "input length exceeds the context length"})),
+                )
+                    .into_response(),
+                _ => (
+                    StatusCode::BAD_REQUEST,
+                    axum::Json(json!({"error": {
+                        "message": format!("This model's maximum context length is {} tokens. However, you requested {} tokens ({prompt} in the messages, {asked} in the completion). Please reduce the length of the messages or completion.", w.tokens, prompt + asked),
+                        "type": "invalid_request_error", "param": "messages",
+                        "code": "context_length_exceeded"}})),
+                )
+                    .into_response(),
+            };
+        }
     }
     let reply = apply_limits(reply, &body);
     let stream = body["stream"]

@@ -1,0 +1,185 @@
+//! The assistant's prompt against the model's real window: counted with the upstream's
+//! tokenizer when it has one, cut further and sent once more when the upstream still finds
+//! it too long, and refused in the dialect's shape when the client's own messages do not
+//! fit. Also: with passthrough, only models the upstream lists are forwarded.
+
+use crate::support::*;
+use assist_gateway::config::{Provider, Settings};
+use serde_json::{json, Value};
+
+const WINDOW: usize = 2048;
+const ANSWER: usize = 256;
+
+fn small_window(s: &mut Settings) {
+    s.assistant.context_tokens = WINDOW as u32;
+    s.assistant.answer_reserve_tokens = ANSWER as u32;
+}
+
+/// A question whose knowledge (examples/knowledge's code and manuals) fills the window.
+fn question(model: &str, stream: bool) -> Value {
+    json!({"model": model, "stream": stream, "messages": [{"role": "user",
+        "content": "How do I declare a route with a rate limiter and handle database errors?"}]})
+}
+
+fn chat_requests(up: &ScriptedUpstream) -> Vec<Recorded> {
+    up.requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/chat/completions") || r.path == "/api/chat")
+        .collect()
+}
+
+/// A tokenizer that counts `chars_per_token` (two: as SmolLM2's does dense code; four
+/// characters a token, the old estimate, overflows it; 1.3: denser than anything the
+/// gateway's estimate expects).
+fn dense(tokenizer: bool, overflow: Overflow, chars_per_token: f64) -> Window {
+    Window {
+        tokens: WINDOW,
+        chars_per_token,
+        tokenizer,
+        overflow,
+    }
+}
+
+#[tokio::test]
+async fn the_prompt_is_counted_by_the_upstreams_tokenizer_and_fits_its_window() {
+    let up = ScriptedUpstream::start().await;
+    let window = dense(true, Overflow::Status, 2.0);
+    up.limit_window(window.clone());
+    let gw = Gateway::with_knowledge(&up, Provider::Openai, small_window).await;
+    for i in 0..3 {
+        let mut ask = question("brunix", false);
+        ask["messages"][0]["content"] = json!(format!("{} ({i})", ask["messages"][0]["content"]));
+        let (status, _, body) = post(&gw.url("/v1/chat/completions"), ask).await;
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert!(!v["sources"].as_array().unwrap().is_empty());
+    }
+    let chats = chat_requests(&up);
+    assert_eq!(chats.len(), 3, "each answer in one request, none refused");
+    for chat in &chats {
+        let prompt = window.prompt_tokens(&chat.body);
+        assert!(prompt + ANSWER <= WINDOW, "{prompt} tokens sent");
+        // The knowledge filled most of what the window leaves (not a timid cut).
+        assert!(
+            prompt * 10 >= (WINDOW - ANSWER) * 6,
+            "only {prompt} tokens sent"
+        );
+        assert!(prompt_text(chat).contains("<knowledge>"));
+    }
+    let counted = up.tokenized();
+    assert!(
+        counted.len() >= 3,
+        "the tokenizer was asked ({})",
+        counted.len()
+    );
+    assert!(
+        counted.iter().all(|t| t.contains("<knowledge>")),
+        "whole prompts were counted"
+    );
+}
+
+#[tokio::test]
+async fn an_upstream_without_a_tokenizer_that_refuses_the_prompt_gets_a_shorter_one_once() {
+    let up = ScriptedUpstream::start().await;
+    up.limit_window(dense(false, Overflow::Status, 1.3));
+    let gw = Gateway::with_knowledge(&up, Provider::Openai, small_window).await;
+    let (status, _, body) = post(&gw.url("/v1/chat/completions"), question("brunix", false)).await;
+    assert_eq!(status, 200, "{body}");
+    let chats = chat_requests(&up);
+    assert_eq!(chats.len(), 2, "refused once, then answered");
+    let (first, second) = (prompt_text(&chats[0]), prompt_text(&chats[1]));
+    assert!(second.len() < first.len());
+    // The client's question is never what is cut.
+    assert!(second.contains("How do I declare a route with a rate limiter"));
+}
+
+#[tokio::test]
+async fn an_empty_stream_after_a_long_prompt_is_retried_with_less_context() {
+    // llama-cpp-python answers a streamed request whose prompt overflows with 200 and an
+    // empty event stream.
+    let up = ScriptedUpstream::start().await;
+    up.limit_window(dense(false, Overflow::EmptyStream, 1.3));
+    let gw = Gateway::with_knowledge(&up, Provider::Openai, |s| {
+        small_window(s);
+        s.llm.retries = 0;
+    })
+    .await;
+    let (status, _, body) = post(&gw.url("/v1/chat/completions"), question("brunix", true)).await;
+    assert_eq!(status, 200);
+    let events = sse_events(&body);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{body}");
+    assert_eq!(sse_text(&events), "Hello from upstream");
+    assert_eq!(chat_requests(&up).len(), 2);
+}
+
+#[tokio::test]
+async fn messages_that_alone_overflow_the_window_are_refused_in_each_dialects_shape() {
+    let long = "let total = items.iter().map(|x| x.price * x.qty).sum::<u64>();\n".repeat(120);
+    let ask = |model: &str| {
+        json!({"model": model, "stream": false,
+            "messages": [{"role": "user", "content": format!("Why is this slow?\n{long}")}]})
+    };
+    // Counted by the upstream's tokenizer: refused before the upstream is asked.
+    let up = ScriptedUpstream::start().await;
+    up.limit_window(dense(true, Overflow::Status, 2.0));
+    let gw = Gateway::with_knowledge(&up, Provider::Openai, small_window).await;
+    let (status, _, body) = post(&gw.url("/v1/chat/completions"), ask("brunix")).await;
+    assert_eq!(status, 400, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{body}");
+    assert_eq!(v["error"]["type"], "invalid_request_error");
+    assert!(v["error"]["message"].as_str().unwrap().contains("2048"));
+    let (status, _, body) = post(&gw.url("/api/chat"), ask("brunix")).await;
+    assert_eq!(status, 400, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(v["error"].as_str().unwrap().contains("window"), "{body}");
+    assert!(chat_requests(&up).is_empty(), "nothing was sent upstream");
+    // An answer longer than the window is refused too.
+    let mut big = question("brunix", false);
+    big["max_tokens"] = json!(4096);
+    let (status, _, body) = post(&gw.url("/v1/chat/completions"), big).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("context_length_exceeded"));
+
+    // No tokenizer: the upstream's own refusal, once the gateway had nothing left to cut,
+    // comes back as the same error.
+    let up = ScriptedUpstream::start().await;
+    up.limit_window(dense(false, Overflow::Status, 1.0));
+    let gw = Gateway::with_knowledge(&up, Provider::Openai, small_window).await;
+    let (status, _, body) = post(&gw.url("/v1/chat/completions"), ask("brunix")).await;
+    assert_eq!(status, 400, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{body}");
+    // The question went whole in every attempt.
+    for chat in chat_requests(&up) {
+        assert!(prompt_text(&chat).contains(&long));
+    }
+}
+
+#[tokio::test]
+async fn with_passthrough_only_models_the_upstream_lists_are_forwarded() {
+    for provider in [Provider::Openai, Provider::Ollama] {
+        let up = ScriptedUpstream::start().await;
+        let gw = Gateway::start(&up, provider, |s| s.assistant.passthrough = true).await;
+        let ask = |model: &str| {
+            json!({"model": model, "stream": false,
+                "messages": [{"role": "user", "content": "hi"}]})
+        };
+        let (status, _, body) = post(&gw.url("/v1/chat/completions"), ask("no-such-model")).await;
+        assert_eq!(status, 404, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"]["code"], "model_not_found");
+        let (status, _, body) = post(&gw.url("/api/chat"), ask("no-such-model")).await;
+        assert_eq!(status, 404, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"], "model 'no-such-model' not found");
+        assert!(
+            chat_requests(&up).is_empty(),
+            "an unknown name never reaches the upstream"
+        );
+        // What it lists is forwarded.
+        let (status, _, body) = post(&gw.url("/v1/chat/completions"), ask(UPSTREAM_MODEL)).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(chat_requests(&up).len(), 1);
+    }
+}
