@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::support::*;
 use assist_gateway::config::Provider;
 
-async fn run_cn(cn: &str, config: &str, prompt: &str) -> (bool, String, String) {
+pub(crate) async fn run_cn(cn: &str, config: &str, prompt: &str) -> (bool, String, String) {
     let home = tempfile::tempdir().unwrap();
     let config_path = home.path().join("config.yaml");
     std::fs::write(&config_path, config).unwrap();

@@ -30,6 +30,7 @@ mod ollama_api;
 mod openai_api;
 mod operations;
 mod python_clients;
+mod real_clients;
 mod real_model;
 mod real_window;
 mod security;
