@@ -359,9 +359,14 @@ fn ndjson_chunks(
     }
 }
 
+/// Most tool calls one answer may hold (as for OpenAI-compatible upstreams).
+const MAX_TOOL_CALLS: usize = 128;
+
 #[derive(Default)]
 struct LineState {
     saw_tool_calls: bool,
+    /// The ids of the calls passed on so far (the upstream's, or made up for it).
+    call_ids: Vec<String>,
 }
 
 impl LineState {
@@ -378,7 +383,7 @@ impl LineState {
                 return vec![Err(up.error(
                     UpstreamErrorKind::Protocol,
                     format!("a line that is not JSON ({e})"),
-                ))]
+                ))];
             }
         };
         if let Some(msg) = error_in_json(&v) {
@@ -394,10 +399,26 @@ impl LineState {
             out.push(Ok(Chunk::Text(text.to_string())));
         }
         if let Some(calls) = v.pointer("/message/tool_calls").and_then(Value::as_array) {
-            let calls: Vec<ToolCall> = calls.iter().filter_map(tool_call).collect();
-            if !calls.is_empty() {
+            // Ollama sends each call whole, once; a call without a name is nothing to run,
+            // and one whose id was already passed on is a repeat.
+            let mut fresh = Vec::new();
+            for call in calls.iter().filter_map(tool_call) {
+                if call.name.is_empty() || self.call_ids.contains(&call.id) {
+                    continue;
+                }
+                if self.call_ids.len() >= MAX_TOOL_CALLS {
+                    out.push(Err(up.error(
+                        UpstreamErrorKind::Protocol,
+                        format!("more than {MAX_TOOL_CALLS} tool calls in one answer"),
+                    )));
+                    return out;
+                }
+                self.call_ids.push(call.id.clone());
+                fresh.push(call);
+            }
+            if !fresh.is_empty() {
                 self.saw_tool_calls = true;
-                out.push(Ok(Chunk::ToolCalls(calls)));
+                out.push(Ok(Chunk::ToolCalls(fresh)));
             }
         }
         if v.get("done").and_then(Value::as_bool) == Some(true) {
@@ -508,6 +529,39 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// Each call once, with its id and name; nameless calls dropped; no more than 128.
+    #[test]
+    fn tool_calls_come_out_once_and_bounded() {
+        let up = up();
+        let mut st = LineState::default();
+        let line = br#"{"message":{"content":"","tool_calls":[{"id":"call_a","function":{"index":0,"name":"get_weather","arguments":{"city":"Paris"}}},{"function":{"index":1,"name":"","arguments":{}}}]},"done":false}"#;
+        let out = st.read(line, &up);
+        let Ok(Chunk::ToolCalls(calls)) = &out[0] else {
+            panic!("{out:?}")
+        };
+        assert_eq!(calls.len(), 1);
+        assert_eq!(
+            (calls[0].id.as_str(), calls[0].name.as_str()),
+            ("call_a", "get_weather")
+        );
+        assert!(
+            st.read(line, &up).is_empty(),
+            "a repeated call is not a new one"
+        );
+
+        let mut st = LineState::default();
+        let many: Vec<Value> = (0..129)
+            .map(|i| json!({"function": {"index": i, "name": "f", "arguments": {}}}))
+            .collect();
+        let line =
+            json!({"message": {"content": "", "tool_calls": many}, "done": false}).to_string();
+        let out = st.read(line.as_bytes(), &up);
+        assert!(
+            matches!(out.last(), Some(Err(e)) if e.kind == UpstreamErrorKind::Protocol && e.detail.contains("128")),
+            "{out:?}"
+        );
     }
 
     #[test]

@@ -284,8 +284,49 @@ const MAX_TOOL_CALLS: usize = 128;
 struct SseState {
     finish: Option<FinishReason>,
     usage: Option<Usage>,
-    /// Tool calls being assembled, by index: (id, name, argument text).
-    calls: Vec<(String, String, String)>,
+    /// Tool calls being assembled, by index.
+    calls: Vec<PartialCall>,
+}
+
+/// One tool call as its deltas arrive.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+impl PartialCall {
+    /// Takes one delta of this call. Upstreams differ: OpenAI sends the id and name once
+    /// and the arguments in pieces; llama.cpp's server (llama-cpp-python) repeats the id
+    /// and the whole name in every delta, with the arguments in pieces; others send the
+    /// whole call at once, or the whole text so far again each time. Whatever the form,
+    /// the call comes out with its id and name once and its arguments whole.
+    fn merge(&mut self, id: Option<&str>, name: Option<&str>, arguments: Option<&str>) {
+        if let Some(id) = id.filter(|id| !id.is_empty()) {
+            if self.id.is_empty() {
+                self.id = id.to_string();
+            }
+        }
+        if let Some(name) = name {
+            merge_fragment(&mut self.name, name);
+        }
+        if let Some(arguments) = arguments {
+            merge_fragment(&mut self.arguments, arguments);
+        }
+    }
+}
+
+/// Adds a fragment of a call's name or arguments: one that repeats everything gathered so
+/// far (and perhaps more) replaces it, anything else is the next piece.
+fn merge_fragment(have: &mut String, got: &str) {
+    if got.is_empty() {
+        return;
+    }
+    if !have.is_empty() && got.starts_with(have.as_str()) {
+        have.clear();
+    }
+    have.push_str(got);
 }
 
 impl SseState {
@@ -326,33 +367,26 @@ impl SseState {
             .and_then(Value::as_array)
         {
             for d in deltas {
-                let index = d.get("index").and_then(Value::as_u64).unwrap_or(0);
-                // The index comes from the upstream: bound it before sizing anything by it.
-                let index = usize::try_from(index)
-                    .ok()
-                    .filter(|&i| i < MAX_TOOL_CALLS)
-                    .ok_or_else(|| {
-                        up.error(
-                            UpstreamErrorKind::Protocol,
-                            format!(
-                                "tool call index {index}: at most {MAX_TOOL_CALLS} calls in one answer"
-                            ),
-                        )
-                    })?;
-                if self.calls.len() <= index {
-                    self.calls.resize(index + 1, Default::default());
-                }
-                let call = &mut self.calls[index];
-                if let Some(id) = d.get("id").and_then(Value::as_str) {
-                    call.0 = id.to_string();
-                }
-                if let Some(name) = d.pointer("/function/name").and_then(Value::as_str) {
-                    call.1.push_str(name);
-                }
-                if let Some(args) = d.pointer("/function/arguments").and_then(Value::as_str) {
-                    call.2.push_str(args);
-                }
+                let index = self.index_of(d, up)?;
+                self.calls[index].merge(
+                    d.get("id").and_then(Value::as_str),
+                    d.pointer("/function/name").and_then(Value::as_str),
+                    d.pointer("/function/arguments").and_then(Value::as_str),
+                );
             }
+        } else if let Some(f) = choice
+            .pointer("/delta/function_call")
+            .filter(|f| f.is_object())
+        {
+            // The deprecated single-call form, from servers that send no `tool_calls`.
+            if self.calls.is_empty() {
+                self.calls.push(PartialCall::default());
+            }
+            self.calls[0].merge(
+                None,
+                f.get("name").and_then(Value::as_str),
+                f.get("arguments").and_then(Value::as_str),
+            );
         }
         if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
             let mut finish = FinishReason::parse(reason);
@@ -366,18 +400,55 @@ impl SseState {
         Ok(out)
     }
 
+    /// Which call a delta belongs to (made room for): its `index`; without one, a new
+    /// call when it brings an id other than the last call's, else the last call.
+    fn index_of(&mut self, d: &Value, up: &Upstream) -> Result<usize, UpstreamError> {
+        let index = match d.get("index").and_then(Value::as_u64) {
+            Some(i) => i,
+            None => {
+                let id = d
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty());
+                match self.calls.last() {
+                    None => 0,
+                    Some(last) if id.is_some_and(|id| !last.id.is_empty() && last.id != id) => {
+                        self.calls.len() as u64
+                    }
+                    Some(_) => self.calls.len() as u64 - 1,
+                }
+            }
+        };
+        // The index comes from the upstream: bound it before sizing anything by it.
+        let index = usize::try_from(index)
+            .ok()
+            .filter(|&i| i < MAX_TOOL_CALLS)
+            .ok_or_else(|| {
+                up.error(
+                    UpstreamErrorKind::Protocol,
+                    format!(
+                        "tool call index {index}: at most {MAX_TOOL_CALLS} calls in one answer"
+                    ),
+                )
+            })?;
+        if self.calls.len() <= index {
+            self.calls.resize(index + 1, PartialCall::default());
+        }
+        Ok(index)
+    }
+
     fn take_calls(&mut self) -> Vec<ToolCall> {
         std::mem::take(&mut self.calls)
             .into_iter()
-            .filter(|(_, name, _)| !name.is_empty())
-            .map(|(id, name, args)| ToolCall {
-                id: if id.is_empty() {
+            .filter(|c| !c.name.is_empty())
+            .map(|c| ToolCall {
+                id: if c.id.is_empty() {
                     ToolCall::new_id()
                 } else {
-                    id
+                    c.id
                 },
-                name,
-                arguments: ToolCall::parse_arguments(&args),
+                name: c.name,
+                arguments: ToolCall::parse_arguments(&c.arguments),
             })
             .collect()
     }
@@ -469,6 +540,114 @@ mod tests {
                 })
             }
         );
+    }
+
+    /// One delta as llama.cpp's server (llama-cpp-python 0.3) streams a tool call: the id
+    /// and the whole name again in every delta (and in the legacy `function_call` too),
+    /// the arguments in pieces.
+    fn llama_cpp_delta(arguments: &str) -> String {
+        json!({"id": "chatcmpl-1fc5", "object": "chat.completion.chunk", "created": 1795498450,
+            "model": "smollm2", "choices": [{"index": 0, "finish_reason": null, "logprobs": null,
+            "delta": {"role": null, "content": null,
+                "function_call": {"name": "get_weather", "arguments": arguments},
+                "tool_calls": [{"index": 0, "id": "call__0_get_weather_cmpl-1fc5", "type": "function",
+                    "function": {"name": "get_weather", "arguments": arguments}}]}}]})
+        .to_string()
+    }
+
+    fn read_all(events: &[String]) -> Vec<Chunk> {
+        let up = up();
+        let mut st = SseState::default();
+        let mut out = Vec::new();
+        for e in events {
+            out.extend(st.read(e, &up).unwrap());
+        }
+        out.push(st.finish(&up).unwrap());
+        out
+    }
+
+    /// llama.cpp's server repeats the function's name in every delta; gathered naively a
+    /// client got `get_weatherget_weatherget_weather…`.
+    #[test]
+    fn a_name_repeated_in_every_delta_comes_out_once() {
+        let mut events = vec![r#"{"id":"chatcmpl-1fc5","object":"chat.completion.chunk","created":1795498450,"model":"smollm2","choices":[{"index":0,"finish_reason":null,"logprobs":null,"delta":{"role":"assistant","content":null,"function_call":null,"tool_calls":null}}]}"#.to_string()];
+        for piece in ["{", " \"", "city", "\":", " \"", "Paris", "\"", " }", ""] {
+            events.push(llama_cpp_delta(piece));
+        }
+        events.push(r#"{"id":"chatcmpl-1fc5","object":"chat.completion.chunk","created":1795498450,"model":"smollm2","choices":[{"index":0,"finish_reason":"tool_calls","logprobs":null,"delta":{"role":null,"content":null,"function_call":null,"tool_calls":null}}]}"#.to_string());
+        assert_eq!(
+            read_all(&events),
+            vec![
+                Chunk::ToolCalls(vec![ToolCall {
+                    id: "call__0_get_weather_cmpl-1fc5".into(),
+                    name: "get_weather".into(),
+                    arguments: json!({"city": "Paris"})
+                }]),
+                Chunk::Done {
+                    finish: FinishReason::ToolCalls,
+                    usage: None
+                }
+            ]
+        );
+    }
+
+    /// Other upstream forms: the whole argument text so far in every delta, a whole call
+    /// in one delta, calls without an index told apart by their ids, the legacy
+    /// `function_call` alone.
+    #[test]
+    fn tool_call_streams_are_normalised_whatever_their_form() {
+        let delta = |calls: Value| {
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": null}]})
+                .to_string()
+        };
+        let end =
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#.to_string();
+        let calls = |out: Vec<Chunk>| match &out[0] {
+            Chunk::ToolCalls(c) => c.clone(),
+            other => panic!("{other:?}"),
+        };
+
+        // Cumulative: each delta repeats the text so far.
+        let mut events: Vec<String> = ["{\"q\"", "{\"q\": 1", "{\"q\": 1}"]
+            .iter()
+            .map(|a| {
+                delta(
+                    json!([{"index": 0, "id": "c1", "function": {"name": "find", "arguments": a}}]),
+                )
+            })
+            .collect();
+        events.push(end.clone());
+        let got = calls(read_all(&events));
+        assert_eq!((got.len(), got[0].name.as_str()), (1, "find"));
+        assert_eq!(got[0].arguments, json!({"q": 1}));
+
+        // Two whole calls, no index, one delta each; then one more piece of the second.
+        let events = vec![
+            delta(json!([{"id": "a", "function": {"name": "one", "arguments": "{}"}}])),
+            delta(json!([{"id": "b", "function": {"name": "two", "arguments": "{\"x\":"}}])),
+            delta(json!([{"function": {"arguments": "2}"}}])),
+            end.clone(),
+        ];
+        let got = calls(read_all(&events));
+        let names: Vec<(&str, &str)> = got
+            .iter()
+            .map(|c| (c.id.as_str(), c.name.as_str()))
+            .collect();
+        assert_eq!(names, [("a", "one"), ("b", "two")]);
+        assert_eq!(got[1].arguments, json!({"x": 2}));
+
+        // The deprecated `function_call`, with no `tool_calls` beside it.
+        let events = vec![
+            json!({"choices": [{"index": 0, "delta": {"function_call": {"name": "f", "arguments": "{\"a\""}}, "finish_reason": null}]}).to_string(),
+            json!({"choices": [{"index": 0, "delta": {"function_call": {"arguments": ":true}"}}, "finish_reason": null}]}).to_string(),
+            end,
+        ];
+        let got = calls(read_all(&events));
+        assert_eq!(
+            (got[0].name.as_str(), &got[0].arguments),
+            ("f", &json!({"a": true}))
+        );
+        assert!(got[0].id.starts_with("call_"));
     }
 
     #[test]

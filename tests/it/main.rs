@@ -34,4 +34,5 @@ mod real_clients;
 mod real_model;
 mod real_window;
 mod security;
+mod tool_call_streams;
 mod window;
