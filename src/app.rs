@@ -151,7 +151,9 @@ pub async fn ingest(
 
 /// Builds the state: the upstream adapter, the pipeline, the knowledge indexes, the
 /// session store.
-pub fn build(settings: Settings) -> anyhow::Result<AppState> {
+pub fn build(mut settings: Settings) -> anyhow::Result<AppState> {
+    // The embedding endpoints serve the model under its own name unless one is set.
+    settings.embeddings.model = llm::local::served_name(&settings.embeddings);
     let Parts {
         pipeline,
         retriever,

@@ -222,22 +222,83 @@ pub struct FallbackSettings {
     pub api_key: Option<String>,
 }
 
+/// The embedding model an `ollama` or `openai` embedder asks for when `embeddings.model`
+/// is unset.
+pub const DEFAULT_EMBEDDING_MODEL: &str = "nomic-embed-text";
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "EmbeddingToml", into = "EmbeddingToml")]
 pub struct EmbeddingSettings {
     pub provider: EmbeddingProvider,
     /// Unset = `llm.base_url`.
-    #[serde(default, with = "unset_if_empty")]
     pub base_url: Option<String>,
+    /// The model's name: what an `ollama` or `openai` upstream is asked for, and what the
+    /// embedding endpoints serve it as. `embeddings.model` unset: `DEFAULT_EMBEDDING_MODEL`
+    /// here, and the local embedder is served under the name of the model in its folder.
     pub model: String,
-    #[serde(default, with = "unset_if_empty")]
+    /// Whether `embeddings.model` was set (in a file or the environment); see `model_is_set`.
+    pub model_set: bool,
     pub path: Option<PathBuf>,
     /// Unset = `llm.api_key`.
-    #[serde(default, with = "unset_if_empty")]
     pub api_key: Option<String>,
     pub batch_size: usize,
-    #[serde(deserialize_with = "list_or_comma_string")]
     pub languages: Vec<String>,
+}
+
+/// `[embeddings]` as written, where `model = ""` means unset.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmbeddingToml {
+    provider: EmbeddingProvider,
+    #[serde(default, with = "unset_if_empty")]
+    base_url: Option<String>,
+    #[serde(default)]
+    model: String,
+    #[serde(default, with = "unset_if_empty")]
+    path: Option<PathBuf>,
+    #[serde(default, with = "unset_if_empty")]
+    api_key: Option<String>,
+    batch_size: usize,
+    #[serde(deserialize_with = "list_or_comma_string")]
+    languages: Vec<String>,
+}
+
+impl From<EmbeddingToml> for EmbeddingSettings {
+    fn from(t: EmbeddingToml) -> Self {
+        let model = t.model.trim();
+        Self {
+            provider: t.provider,
+            base_url: t.base_url,
+            model: if model.is_empty() {
+                DEFAULT_EMBEDDING_MODEL.to_string()
+            } else {
+                model.to_string()
+            },
+            model_set: !model.is_empty(),
+            path: t.path,
+            api_key: t.api_key,
+            batch_size: t.batch_size,
+            languages: t.languages,
+        }
+    }
+}
+
+impl From<EmbeddingSettings> for EmbeddingToml {
+    fn from(s: EmbeddingSettings) -> Self {
+        Self {
+            model: if s.model_is_set() {
+                s.model
+            } else {
+                String::new()
+            },
+            provider: s.provider,
+            base_url: s.base_url,
+            path: s.path,
+            api_key: s.api_key,
+            batch_size: s.batch_size,
+            languages: s.languages,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -704,6 +765,12 @@ impl LlmSettings {
 }
 
 impl EmbeddingSettings {
+    /// Whether the model was named in the settings (a file, the environment, or code that
+    /// changed `model`), rather than left to its default.
+    pub fn model_is_set(&self) -> bool {
+        self.model_set || self.model != DEFAULT_EMBEDDING_MODEL
+    }
+
     fn validate(&self) -> Result<(), SettingsError> {
         check(
             self.provider != EmbeddingProvider::Local || self.path.is_some(),

@@ -108,8 +108,9 @@ async fn embed(
     Ok(embedder.embed(texts).await?)
 }
 
-/// The configured embedding model answers to its name (with or without `:latest`), and,
-/// for the local embedder, to its folder's name too.
+/// The embedding model answers to the name it is served under (`embeddings.model`, or the
+/// local model's own name: see `app::build`), in any case, with or without `:latest`; the
+/// local embedder to its folder's name too.
 fn serves(state: &AppState, model: &str) -> bool {
     let e = &state.settings.embeddings;
     let bare = model.strip_suffix(":latest").unwrap_or(model);
@@ -118,7 +119,8 @@ fn serves(state: &AppState, model: &str) -> bool {
         .as_deref()
         .and_then(|p| p.file_name())
         .and_then(|n| n.to_str());
-    bare == e.model.strip_suffix(":latest").unwrap_or(&e.model) || folder == Some(bare)
+    bare.eq_ignore_ascii_case(e.model.strip_suffix(":latest").unwrap_or(&e.model))
+        || folder == Some(bare)
 }
 
 fn token_estimate(texts: &[String]) -> usize {
@@ -168,7 +170,7 @@ pub(super) async fn openai(
     Ok(Json(json!({
         "object": "list",
         "data": data,
-        "model": req.model,
+        "model": state.settings.embeddings.model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     })))
 }

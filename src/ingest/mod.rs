@@ -109,7 +109,9 @@ impl Ingestor {
     pub async fn run(&self, roots: &[PathBuf], progress: &dyn Progress) -> anyhow::Result<Summary> {
         let mut manifest = Manifest::load(&self.manifest_path)?;
         let embedder_name = self.dense.as_ref().map(|d| d.embedder.describe());
-        if manifest.embedder != embedder_name && !manifest.files.is_empty() {
+        if !same_embedder(manifest.embedder.as_deref(), embedder_name.as_deref())
+            && !manifest.files.is_empty()
+        {
             tracing::warn!(
                 before = ?manifest.embedder,
                 now = ?embedder_name,
@@ -246,6 +248,18 @@ impl Ingestor {
     }
 }
 
+/// Whether the vectors of an index were made by this embedder. The local embedder used to
+/// be described by its folder alone (`local /path`), and now by its name too
+/// (`local all-MiniLM-L6-v2 in /path`): the same folder is the same model.
+fn same_embedder(before: Option<&str>, now: Option<&str>) -> bool {
+    match (before, now) {
+        (Some(b), Some(n)) if b != n => b
+            .strip_prefix("local ")
+            .is_some_and(|folder| n.starts_with("local ") && n.ends_with(&format!(" in {folder}"))),
+        _ => before == now,
+    }
+}
+
 /// What is embedded for a chunk: its section path, then its text.
 fn embedding_text(c: &KnowledgeChunk) -> String {
     if c.section.is_empty() {
@@ -373,5 +387,26 @@ impl Progress for Bar {
 
     fn finish(&self) {
         self.bar.finish_and_clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_local_embedder_named_anew_is_the_same_embedder() {
+        let old = Some("local /m/all-MiniLM");
+        assert!(same_embedder(
+            old,
+            Some("local all-MiniLM-L6-v2 in /m/all-MiniLM")
+        ));
+        assert!(!same_embedder(
+            old,
+            Some("local all-MiniLM-L6-v2 in /m/other")
+        ));
+        assert!(!same_embedder(old, Some("ollama x at http://h")));
+        assert!(same_embedder(None, None));
+        assert!(!same_embedder(None, Some("local x in /m")));
     }
 }

@@ -15,6 +15,7 @@ use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 use super::{embed_in_batches, Embedder, UpstreamError, UpstreamErrorKind};
+use crate::config::{EmbeddingProvider, EmbeddingSettings};
 
 /// sentence-transformers truncates these models at 256 tokens.
 const MAX_TOKENS: usize = 256;
@@ -28,6 +29,8 @@ struct Model {
 
 pub struct LocalEmbedder {
     model: Arc<Model>,
+    /// The model's own name (`model_name`).
+    name: String,
     folder: PathBuf,
     batch: usize,
     /// Batches running on the CPU at once.
@@ -84,17 +87,90 @@ impl LocalEmbedder {
             BertModel::load(vars, &config).context("model.safetensors does not fit config.json")?;
         // One batch at a time per core: the model's matrix work is CPU-bound.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let name = model_name(folder);
+        tracing::info!(model = %name, folder = %folder.display(), "local embedding model loaded");
         Ok(Self {
             model: Arc::new(Model {
                 bert,
                 tokenizer,
                 device,
             }),
+            name,
             folder: folder.to_path_buf(),
             batch,
             runs: Arc::new(tokio::sync::Semaphore::new(cores)),
         })
     }
+}
+
+/// Most of a model card read for its name.
+const CARD_BYTES: u64 = 64 * 1024;
+
+/// The name of the model in a sentence-transformers folder: the title of its model card
+/// (`README.md`, `# all-MiniLM-L6-v2`, as Hugging Face ships them), else the folder's name
+/// (the repository's name for a Hugging Face cache snapshot,
+/// `models--org--name/snapshots/<commit>`). `config.json` does not name it: its
+/// `_name_or_path` is the model it was trained from.
+pub fn model_name(folder: &Path) -> String {
+    card_title(folder)
+        .or_else(|| snapshot_name(folder))
+        .or_else(|| folder.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "local".to_string())
+}
+
+/// The name the embedding endpoints serve the configured model under: `embeddings.model`
+/// when it is set; for the local embedder otherwise the model's own name.
+pub fn served_name(settings: &EmbeddingSettings) -> String {
+    match (&settings.provider, &settings.path) {
+        (EmbeddingProvider::Local, Some(folder)) if !settings.model_is_set() => model_name(folder),
+        _ => settings.model.clone(),
+    }
+}
+
+/// The first top-level heading of the model card, when it looks like a model's name.
+fn card_title(folder: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut card = Vec::new();
+    std::fs::File::open(folder.join("README.md"))
+        .ok()?
+        .take(CARD_BYTES)
+        .read_to_end(&mut card)
+        .ok()?;
+    let card = String::from_utf8_lossy(&card);
+    let mut lines = card.lines();
+    let mut body = card.lines();
+    // YAML front matter first, between two `---` lines.
+    if lines.next().map(str::trim) == Some("---") {
+        lines.position(|l| l.trim() == "---")?;
+        body = lines;
+    }
+    let mut fenced = false;
+    let title = body
+        .find_map(|l| {
+            if l.trim_start().starts_with("```") {
+                fenced = !fenced;
+            }
+            l.strip_prefix("# ").filter(|_| !fenced)
+        })?
+        .trim();
+    let plausible = !title.is_empty()
+        && title.len() <= 128
+        && title
+            .chars()
+            .all(|c| c.is_alphanumeric() || "-_.:/+".contains(c));
+    plausible.then(|| title.to_string())
+}
+
+/// `…/models--org--name/snapshots/<commit>` → `name`.
+fn snapshot_name(folder: &Path) -> Option<String> {
+    let snapshots = folder.parent()?;
+    if snapshots.file_name()? != "snapshots" {
+        return None;
+    }
+    let repo = snapshots.parent()?.file_name()?.to_str()?;
+    let name = repo.strip_prefix("models--")?.rsplit("--").next()?;
+    (!name.is_empty()).then(|| name.to_string())
 }
 
 impl Model {
@@ -132,7 +208,7 @@ impl Model {
 #[async_trait]
 impl Embedder for LocalEmbedder {
     fn describe(&self) -> String {
-        format!("local {}", self.folder.display())
+        format!("local {} in {}", self.name, self.folder.display())
     }
 
     /// Batch by batch, each on a blocking thread holding one of the model's run slots
@@ -169,6 +245,38 @@ impl Embedder for LocalEmbedder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_is_named_by_its_card_then_its_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("model");
+        std::fs::create_dir(&folder).unwrap();
+        assert_eq!(model_name(&folder), "model");
+        let card = |text: &str| std::fs::write(folder.join("README.md"), text).unwrap();
+        card(
+            "---\nlanguage: en\ntags:\n- sentence-transformers\n---\n\n# all-MiniLM-L6-v2\nThis is a model.\n## Usage\n",
+        );
+        assert_eq!(model_name(&folder), "all-MiniLM-L6-v2");
+        card("# A model that maps sentences\n");
+        assert_eq!(model_name(&folder), "model", "a sentence is not a name");
+        card("---\nno end of the front matter\n# x\n");
+        assert_eq!(model_name(&folder), "model");
+        card("```python\n# all-mpnet-base-v2\n```\n# all-MiniLM-L12-v2\n");
+        assert_eq!(
+            model_name(&folder),
+            "all-MiniLM-L12-v2",
+            "not a comment in code"
+        );
+        card("\u{0}\u{ff}garbage");
+        assert_eq!(model_name(&folder), "model");
+
+        let snapshot = dir
+            .path()
+            .join("models--sentence-transformers--all-mpnet-base-v2/snapshots/0123abcd");
+        std::fs::create_dir_all(&snapshot).unwrap();
+        assert_eq!(model_name(&snapshot), "all-mpnet-base-v2");
+        assert_eq!(model_name(Path::new("/")), "local");
+    }
 
     #[test]
     fn a_folder_without_the_model_files_is_named_in_the_error() {

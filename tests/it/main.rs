@@ -17,6 +17,7 @@ mod any_body;
 mod assistant;
 mod classifier;
 mod continue_cli;
+mod embedder_name;
 mod embedding_endpoints;
 mod embeddings;
 mod errors;
