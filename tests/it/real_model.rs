@@ -1,11 +1,12 @@
 //! End to end with a real model: llama.cpp's OpenAI-compatible server
-//! (`llama-cpp-python[server]`) running SmolLM2-135M-Instruct, and `examples/knowledge`
-//! ingested with the real all-MiniLM embedder in process. Asserts structure and sources,
-//! never the small model's wording.
+//! (`llama-cpp-python[server]`) running the model scripts/test.sh installs (CI's:
+//! Qwen2.5-Coder-0.5B-Instruct, Q4_K_M), and `examples/knowledge` ingested with the real
+//! all-MiniLM embedder in process. The pipeline test asserts structure and sources; the
+//! golden test checks that the answers hold the facts asked for.
 //!
 //! `scripts/test.sh` installs both (scripts/model-env.sh) and sets ASSIST_MODEL_PYTHON,
-//! ASSIST_MODEL_GGUF and ASSIST_TEST_MINILM; without them this test says it was skipped,
-//! and in CI it must run.
+//! ASSIST_MODEL_GGUF and ASSIST_TEST_MINILM; without them these tests say they were
+//! skipped, and in CI they must run.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -15,7 +16,8 @@ use crate::support::*;
 use assist_gateway::config::{EmbeddingProvider, Provider};
 use serde_json::{json, Value};
 
-pub(crate) const MODEL: &str = "smollm2";
+/// The model server's alias for whichever GGUF it serves.
+pub(crate) const MODEL: &str = "local-model";
 
 pub(crate) struct ModelServer {
     child: Child,
@@ -30,6 +32,18 @@ impl Drop for ModelServer {
 }
 
 pub(crate) async fn start_model_server(python: &str, gguf: &str) -> ModelServer {
+    start_model_server_with_window(python, gguf, 2048).await
+}
+
+/// The model server with a window of `n_ctx` tokens. One thread generates and two process
+/// prompts (fixed, so answers at temperature 0 do not depend on the machine's core count);
+/// only the last token's logits are computed (`--logits_all false`: less work and memory
+/// per prompt token, the server's default computes them all).
+pub(crate) async fn start_model_server_with_window(
+    python: &str,
+    gguf: &str,
+    n_ctx: u32,
+) -> ModelServer {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -44,15 +58,9 @@ pub(crate) async fn start_model_server(python: &str, gguf: &str) -> ModelServer 
             "--host",
             "127.0.0.1",
         ])
-        .args([
-            "--port",
-            &port.to_string(),
-            "--n_threads",
-            "1",
-            "--n_ctx",
-            "2048",
-        ])
-        .args(["--model_alias", MODEL])
+        .args(["--port", &port.to_string(), "--n_ctx", &n_ctx.to_string()])
+        .args(["--n_threads", "1", "--n_threads_batch", "2"])
+        .args(["--logits_all", "false", "--model_alias", MODEL])
         .env("OMP_WAIT_POLICY", "PASSIVE")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -110,6 +118,18 @@ pub(crate) async fn recording_proxy(target: String) -> (String, Seen) {
     (format!("http://{addr}"), seen)
 }
 
+/// POST with room for a real model on a busy 2-core machine (the shared client gives up
+/// after 20 s; a 2,000-token prompt takes about that long on its own).
+async fn post_patiently(url: &str, body: Value) -> (u16, String) {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(300))
+        .build()
+        .unwrap();
+    let r = client.post(url).json(&body).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.text().await.unwrap())
+}
+
 fn stream_text(body: &str) -> (String, Value) {
     let events = sse_events(body);
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{body}");
@@ -144,7 +164,7 @@ async fn a_real_model_answers_through_the_pipeline() {
     let gw = Gateway::with_knowledge(&up, Provider::Openai, |s| {
         s.llm.base_url = format!("{proxy}/v1");
         s.llm.model = MODEL.into();
-        s.llm.first_byte_timeout = std::time::Duration::from_secs(60);
+        s.llm.first_byte_timeout = std::time::Duration::from_secs(120);
         s.assistant.passthrough = true;
         s.assistant.context_tokens = 2048;
         s.embeddings.provider = EmbeddingProvider::Local;
@@ -154,7 +174,7 @@ async fn a_real_model_answers_through_the_pipeline() {
     let url = gw.url("/v1/chat/completions");
 
     // 1. A question about the knowledge base, streamed, with the expected source.
-    let (status, _, body) = post(
+    let (status, body) = post_patiently(
         &url,
         json!({"model": "brunix", "stream": true, "max_tokens": 48, "temperature": 0,
             "messages": [{"role": "user", "content": "Which environment variable overrides the server port?"}]}),
@@ -177,7 +197,7 @@ async fn a_real_model_answers_through_the_pipeline() {
         "let port = env(\"BRISA_PORT\") ?? 8080\nserve(app, port: port, host: \"0.0.0.0\")";
     let user =
         json!({"selected_text": base64_of(selection), "user_info": {"dev_id": 1}}).to_string();
-    let (status, _, body) = post(
+    let (status, body) = post_patiently(
         &url,
         json!({"model": "brunix", "max_tokens": 16, "temperature": 0, "session_id": "e2e", "user": user,
             "messages": [{"role": "user", "content": "what does this code do?"}]}),
@@ -199,7 +219,7 @@ async fn a_real_model_answers_through_the_pipeline() {
     assert_eq!(sent["model"], MODEL);
 
     // 3. Passthrough to the model's own id: its answer, no sources.
-    let (status, _, body) = post(
+    let (status, body) = post_patiently(
         &url,
         json!({"model": MODEL, "max_tokens": 16, "temperature": 0,
             "messages": [{"role": "user", "content": "Say hello."}]}),
@@ -223,4 +243,168 @@ async fn a_real_model_answers_through_the_pipeline() {
 fn base64_of(s: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// A golden question over `examples/knowledge` (from `examples/eval/answers.jsonl`) and the
+/// fact a right answer states, in any of the spellings given (case does not matter). The
+/// facts are ones the question does not give away.
+struct Golden {
+    id: &'static str,
+    question: &'static str,
+    facts: &'static [&'static str],
+}
+
+const GOLDEN: &[Golden] = &[
+    Golden {
+        id: "en-deployment-01",
+        question: "Which environment variable overrides the server port?",
+        facts: &["BRISA_SERVER_PORT"],
+    },
+    Golden {
+        id: "en-database-02",
+        question: "Which environment variable sets the database connection string?",
+        facts: &["BRISA_DB_URL"],
+    },
+    Golden {
+        id: "en-tooling-01",
+        question: "How big can a request body be by default?",
+        facts: &["2 MB", "2MB", "2 megabytes"],
+    },
+    Golden {
+        id: "en-endpoints-03",
+        question: "Where is the generated OpenAPI document served?",
+        facts: &["/_brisa/openapi.json"],
+    },
+    Golden {
+        id: "en-deployment-03",
+        question: "How long is the graceful shutdown grace period by default?",
+        facts: &["20 s", "20s", "20 seconds"],
+    },
+    Golden {
+        id: "en-language-01",
+        question: "How do I declare a variable that can be reassigned?",
+        facts: &["let mut"],
+    },
+    Golden {
+        id: "en-code-01",
+        question: "What status does the rate limiter answer when an API key runs out of tokens?",
+        facts: &["429"],
+    },
+    Golden {
+        id: "en-endpoints-06",
+        question: "How do I attach middleware to a single endpoint only?",
+        facts: &["wrap("],
+    },
+    Golden {
+        id: "es-lenguaje-02",
+        question: "¿Qué error produce un import circular?",
+        facts: &["E0301"],
+    },
+    Golden {
+        id: "es-primeros-02",
+        question: "¿Dónde veo la documentación interactiva de mi servicio?",
+        facts: &["_brisa/docs"],
+    },
+    Golden {
+        id: "es-primeros-01",
+        question: "¿Cómo creo un proyecto nuevo de Brisa?",
+        facts: &["brisa new"],
+    },
+    Golden {
+        id: "es-async-05",
+        question: "¿Qué error da el compilador si comparto un let mut entre tareas?",
+        facts: &["E0412"],
+    },
+    Golden {
+        id: "es-async-04",
+        question: "¿Cómo pongo un tiempo de espera a una tarea?",
+        facts: &["withTimeout"],
+    },
+];
+
+/// Of GOLDEN, how many CI's model (scripts/test.sh: Qwen2.5-Coder-0.5B-Instruct, Q4_K_M)
+/// answers right: it got 11 of 13 in every measured run (the two wrong: the rate limiter's
+/// status and the compiler's error code); one below that leaves room for a single answer
+/// that changes with the machine, not for a model that stopped reading its context.
+/// `ASSIST_GOLDEN_MIN` overrides it (benches/golden-answers.sh measures every model with 0).
+const GOLDEN_RIGHT_AT_LEAST: usize = 10;
+
+/// Answers checked, not only streamed: the golden questions, English and Spanish, through
+/// the assistant model (retrieval over examples/knowledge, the real model answering at
+/// temperature 0), each answer checked for the fact its question asks.
+#[tokio::test]
+async fn a_real_model_answers_golden_questions_with_the_fact_asked() {
+    let (Ok(python), Ok(gguf), Ok(minilm)) = (
+        std::env::var("ASSIST_MODEL_PYTHON"),
+        std::env::var("ASSIST_MODEL_GGUF"),
+        std::env::var("ASSIST_TEST_MINILM"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the real-model tests: use scripts/test.sh"
+        );
+        eprintln!("SKIPPED: the model server is not installed; run scripts/test.sh");
+        return;
+    };
+    let at_least = std::env::var("ASSIST_GOLDEN_MIN")
+        .map(|n| n.parse::<usize>().expect("ASSIST_GOLDEN_MIN is a number"))
+        .unwrap_or(GOLDEN_RIGHT_AT_LEAST);
+    let started = std::time::Instant::now();
+    // A window with room to spare over the prompt budget: prompts counted in estimated
+    // tokens can come out larger in the model's own.
+    let model = start_model_server_with_window(&python, &gguf, 4096).await;
+    let up = ScriptedUpstream::start().await; // unused: the gateway talks to the model server
+    let gw = Gateway::with_knowledge(&up, Provider::Openai, |s| {
+        s.llm.base_url = format!("http://127.0.0.1:{}/v1", model.port);
+        s.llm.model = MODEL.into();
+        s.llm.first_byte_timeout = Duration::from_secs(240);
+        s.assistant.context_tokens = 2048;
+        s.embeddings.provider = EmbeddingProvider::Local;
+        s.embeddings.path = Some(minilm.clone().into());
+    })
+    .await;
+    let url = gw.url("/v1/chat/completions");
+
+    let mut wrong = Vec::new();
+    for golden in GOLDEN {
+        let (status, body) = post_patiently(
+            &url,
+            json!({"model": "brunix", "stream": true, "max_tokens": 96, "temperature": 0,
+                "seed": 7, "messages": [{"role": "user", "content": golden.question}]}),
+        )
+        .await;
+        assert_eq!(status, 200, "{}: {body}", golden.id);
+        let (answer, last) = stream_text(&body);
+        assert!(
+            last["sources"].as_array().is_some_and(|s| !s.is_empty()),
+            "{}",
+            golden.id
+        );
+        let lower = answer.to_lowercase();
+        if !golden
+            .facts
+            .iter()
+            .any(|f| lower.contains(&f.to_lowercase()))
+        {
+            wrong.push((golden, answer));
+        }
+    }
+    let right = GOLDEN.len() - wrong.len();
+    let ids: Vec<&str> = wrong.iter().map(|(g, _)| g.id).collect();
+    // The tally for benches/golden-answers.sh: ids only, never the text.
+    eprintln!(
+        "golden answers: {right}/{} right in {} s; wrong: {ids:?}",
+        GOLDEN.len(),
+        started.elapsed().as_secs()
+    );
+    assert!(
+        right >= at_least,
+        "{right} of {} golden answers right, expected at least {at_least}; wrong:\n{}",
+        GOLDEN.len(),
+        wrong
+            .iter()
+            .map(|(g, a)| format!("{} (expected one of {:?}): {a:?}", g.id, g.facts))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
