@@ -140,7 +140,8 @@ pub fn fit(
             cut = render(section, Some(ratio));
         }
         let cut_tokens = estimate.tokens(&cut);
-        if cut_tokens > left {
+        // Nothing of the bodies left (headers and markers only) is not worth sending.
+        if cut_tokens > left || ratio <= 0.0 {
             reports.push(SectionReport {
                 tag: section.tag,
                 chars,

@@ -181,6 +181,11 @@ impl Resilient {
 
     fn next_step(&self, error: &UpstreamError, retries_left: bool) -> Next {
         use UpstreamErrorKind as K;
+        // A prompt too long for the model is the request's fault, whatever the status:
+        // neither retried as it is nor counted against the upstream's health.
+        if error.is_context_overflow() {
+            return Next::Stop;
+        }
         let retryable = match error.kind {
             K::Unreachable | K::Timeout | K::Closed | K::Protocol => true,
             K::Status(s) => s == 429 || (500..600).contains(&s),
@@ -505,6 +510,14 @@ mod tests {
                 Next::Stop,
                 "{kind:?}"
             );
+        }
+        // A prompt too long for the model fails the same way every time, on every upstream.
+        for detail in [
+            "Requested tokens (2300) exceed context window of 2048",
+            "This model's maximum context length is 2048 tokens",
+        ] {
+            let too_long = UpstreamError::new(K::Status(500), "http://u", detail);
+            assert_eq!(r.next_step(&too_long, true), Next::Stop, "{detail}");
         }
         let mut limited = err(K::Status(429));
         limited.retry_after = Some(Duration::from_secs(1));

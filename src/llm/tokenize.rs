@@ -48,7 +48,7 @@ pub struct UpstreamTokenizer {
     up: Upstream,
     model: String,
     known: Mutex<Known>,
-    cache: Mutex<HashMap<u64, usize>>,
+    cache: Mutex<HashMap<[u8; 32], usize>>,
 }
 
 impl UpstreamTokenizer {
@@ -81,7 +81,9 @@ impl UpstreamTokenizer {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => {
                 return Err(match e.kind {
-                    super::UpstreamErrorKind::Status(s) => Some(s),
+                    // No such route, or not this body shape: not this endpoint.
+                    super::UpstreamErrorKind::Status(s @ (400 | 404 | 405 | 422)) => Some(s),
+                    // Loading (503), busy (429), down: asked again next time.
                     _ => None,
                 });
             }
@@ -98,7 +100,7 @@ impl UpstreamTokenizer {
             .ok_or(Some(200))
     }
 
-    fn remember(&self, key: u64, count: usize) {
+    fn remember(&self, key: [u8; 32], count: usize) {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if cache.len() >= CACHE_ENTRIES {
             cache.clear();
@@ -107,11 +109,10 @@ impl UpstreamTokenizer {
     }
 }
 
-fn key(text: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    text.hash(&mut h);
-    h.finish()
+/// A text's cache key: its SHA-256 (no two prompts share a count by accident or design).
+fn key(text: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes()).into()
 }
 
 #[async_trait]
@@ -121,30 +122,38 @@ impl TokenCounter for UpstreamTokenizer {
         if let Some(n) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&k) {
             return Some(*n);
         }
-        let (candidates, found): (Vec<Endpoint>, bool) = {
-            let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
-            match *known {
-                Known::Found(e) => (vec![e], true),
-                Known::Missing(at) if at.elapsed() < RETRY_AFTER => return None,
-                _ => (vec![Endpoint::ExtrasCount, Endpoint::Tokenize], false),
-            }
+        let known = match *self.known.lock().unwrap_or_else(|e| e.into_inner()) {
+            Known::Found(e) => Some(e),
+            Known::Missing(at) if at.elapsed() < RETRY_AFTER => return None,
+            _ => None,
         };
+        let endpoint = match known {
+            Some(e) => e,
+            None => self.discover().await?,
+        };
+        let n = self.ask(endpoint, text).await.ok()?;
+        self.remember(k, n);
+        Some(n)
+    }
+}
+
+impl UpstreamTokenizer {
+    /// Finds the tokenize endpoint with a fixed text (a prompt is sent only to an
+    /// endpoint known to count it). `None` when there is none (remembered) or the upstream
+    /// did not answer (asked again next time).
+    async fn discover(&self) -> Option<Endpoint> {
         let mut all_refused = true;
-        for endpoint in candidates {
-            match self.ask(endpoint, text).await {
-                Ok(n) => {
+        for endpoint in [Endpoint::ExtrasCount, Endpoint::Tokenize] {
+            match self.ask(endpoint, "hello").await {
+                Ok(_) => {
                     *self.known.lock().unwrap_or_else(|e| e.into_inner()) = Known::Found(endpoint);
-                    self.remember(k, n);
-                    return Some(n);
+                    return Some(endpoint);
                 }
-                // No such route (or not this body shape): try the next.
                 Err(Some(_)) => {}
-                // Down or slow: not a reason to think it has no tokenizer.
                 Err(None) => all_refused = false,
             }
         }
-        // An endpoint that worked before and failed now is not taken as gone.
-        if all_refused && !found {
+        if all_refused {
             tracing::info!(
                 upstream = self.up.shown(),
                 "the upstream has no tokenize endpoint: prompt sizes are estimated"

@@ -28,6 +28,8 @@ pub struct Request<'a> {
     /// The model's context window and the tokens kept free for the answer.
     pub window_tokens: usize,
     pub answer_tokens: usize,
+    /// The request's tool definitions as JSON (they take room in the prompt too).
+    pub tools: &'a str,
     /// How text is measured (scaled to the upstream's tokenizer when it was seen).
     pub estimate: Estimator,
 }
@@ -76,6 +78,7 @@ pub fn assemble(req: Request<'_>) -> Assembled {
         + MESSAGE_OVERHEAD
         + PROMPT_OVERHEAD
         + message_tokens(&req.messages, est)
+        + est.tokens(req.tools)
         + req.answer_tokens;
     // The oldest conversation goes first when the window is too small for all of it.
     let mut history = req.history;
@@ -100,7 +103,7 @@ pub fn assemble(req: Request<'_>) -> Assembled {
     messages.push(Message::text(Role::System, system));
     messages.extend(history);
     messages.extend(req.messages);
-    let estimated_tokens = message_tokens(&messages, est) + PROMPT_OVERHEAD;
+    let estimated_tokens = message_tokens(&messages, est) + est.tokens(req.tools) + PROMPT_OVERHEAD;
     Assembled {
         messages,
         sections: reports,
@@ -229,6 +232,7 @@ mod tests {
             messages: vec![Message::text(Role::User, "why is this not catching?")],
             window_tokens: 4096,
             answer_tokens: 512,
+            tools: "",
             estimate: Estimator::default(),
         }
     }

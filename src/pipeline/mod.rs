@@ -361,11 +361,17 @@ impl Pipeline {
         let window = asked
             .and_then(Value::as_u64)
             .map_or(window, |n| (n as usize).clamp(256, window));
-        // A client's max_tokens is kept to; the configured reserve gives way to a small
-        // window (a client's num_ctx) so that a prompt still fits.
+        // The room kept for the answer: a client's max_tokens (forwarded as it is, a cap
+        // for most servers) up to half the window, else the configured reserve up to a
+        // quarter (a client's small num_ctx still leaves room for the prompt).
         let answer_tokens = match request.params.max_tokens {
-            Some(n) => n as usize,
+            Some(n) => (n as usize).min(window / 2),
             None => (self.config.answer_reserve_tokens as usize).min(window / 4),
+        };
+        let tools = if request.tools.is_empty() {
+            String::new()
+        } else {
+            Value::Array(request.tools.clone()).to_string()
         };
         let base = assemble::Request {
             prompts: &self.config.prompts,
@@ -377,9 +383,10 @@ impl Pipeline {
             messages,
             window_tokens: window,
             answer_tokens,
+            tools: &tools,
             estimate: self.estimator(),
         };
-        let (assembled, smaller) = self.assemble(base).await?;
+        let (assembled, smaller, counted) = self.assemble(base).await?;
         request.model = self.config.upstream_model.clone();
         request.input = Input::Chat(assembled);
         // The shared upstream's model is the gateway's to load: no reloads, no other
@@ -403,7 +410,12 @@ impl Pipeline {
             input: Input::Chat(messages),
             ..request.clone()
         });
-        self.generate(request, fallback, &hits, memory, clock, started)
+        let retry = fallback.map(|request| Retry {
+            request,
+            // An empty stream means "too long" only when the prompt was not counted.
+            on_close: !counted,
+        });
+        self.generate(request, retry, &hits, memory, clock, started)
             .await
     }
 
@@ -544,22 +556,16 @@ impl Pipeline {
     async fn assemble(
         &self,
         request: assemble::Request<'_>,
-    ) -> Result<(Vec<Message>, Option<Vec<Message>>), GatewayError> {
+    ) -> Result<(Vec<Message>, Option<Vec<Message>>, bool), GatewayError> {
         let t = Instant::now();
         let window = request.window_tokens;
         let answer = request.answer_tokens;
-        if answer >= window {
-            let mut e = GatewayError::context_length_exceeded(format!(
-                "the answer may take {answer} tokens (max_tokens), which leaves nothing of \
-                 the model's window of {window} tokens for the prompt"
-            ));
-            e.param = Some("max_tokens".into());
-            return Err(e);
-        }
-        let limit = window - answer;
+        let limit = window.saturating_sub(answer);
         let mut estimate = request.estimate;
         let mut counted = None;
         let mut rounds = 0;
+        // Counting is worth a few seconds at most, whatever the upstream's tokenizer does.
+        let deadline = t + Duration::from_secs(3);
         let assembled = loop {
             let assembled = assemble::assemble(assemble::Request {
                 history: request.history.clone(),
@@ -567,7 +573,17 @@ impl Pipeline {
                 estimate,
                 ..request
             });
-            let Some(total) = self.count(&assembled.messages).await else {
+            let total = if Instant::now() < deadline {
+                self.count(&assembled.messages, request.tools).await
+            } else {
+                None
+            };
+            let Some(total) = total else {
+                if counted.is_none() && estimate.scale < 1.0 {
+                    // Not checked: the estimate as it is (it errs high), not as learned.
+                    estimate.scale = 1.0;
+                    continue;
+                }
                 break assembled;
             };
             counted = Some(total);
@@ -631,18 +647,20 @@ impl Pipeline {
             "stage"
         );
         telemetry::stage("assemble", t.elapsed());
-        Ok((assembled.messages, smaller))
+        Ok((assembled.messages, smaller, counted.is_some()))
     }
 
     /// The prompt's tokens by the upstream's tokenizer, chat template included; `None`
     /// when it has no tokenizer or did not answer.
-    async fn count(&self, messages: &[Message]) -> Option<usize> {
+    async fn count(&self, messages: &[Message], tools: &str) -> Option<usize> {
         let counter = self.tokens.as_ref()?;
-        let mut text = String::with_capacity(messages.iter().map(|m| m.content.len() + 1).sum());
+        let size = tools.len() + messages.iter().map(|m| m.content.len() + 1).sum::<usize>();
+        let mut text = String::with_capacity(size);
         for m in messages {
             text.push_str(&m.content);
             text.push('\n');
         }
+        text.push_str(tools);
         let n = counter.count(&text).await?;
         Some(n + assemble::template_tokens(messages.len()))
     }
@@ -670,9 +688,10 @@ impl Pipeline {
             std::sync::atomic::Ordering::Relaxed,
             |bits| {
                 let old = f64::from_bits(bits);
-                // Quick to follow a higher count (overflow), slow to trust a lower one.
+                // Quick to follow a higher count (overflow), slow to trust a lower one; one
+                // odd prompt moves it by a quarter at most.
                 let next = if seen > old {
-                    seen
+                    seen.min(old * 1.25)
                 } else {
                     old * 0.8 + seen * 0.2
                 };
@@ -683,11 +702,11 @@ impl Pipeline {
 
     /// Generate: the upstream's answer as events, with the sources first and the turn
     /// saved to its session when the answer ends (or is cut off). When the upstream finds
-    /// the prompt too long before its first token, the `smaller` one is sent instead, once.
+    /// the prompt too long, the retry's smaller one is sent instead, once.
     async fn generate(
         &self,
         request: UpstreamRequest,
-        smaller: Option<UpstreamRequest>,
+        retry: Option<Retry>,
         hits: &[Scored],
         memory: Option<Memory>,
         clock: Arc<UpstreamClock>,
@@ -695,25 +714,22 @@ impl Pipeline {
     ) -> Result<EventStream, GatewayError> {
         let prompt_estimate = estimate_tokens(&request.input);
         let sources: Vec<Source> = hits.iter().map(Source::of).collect();
-        let (chunks, retry) = match clock.time(self.chat.stream(request)).await {
-            // Refused as too long, or (llama-cpp-python) an empty stream after a long
-            // prompt: `smaller` exists only for long prompts.
-            Err(e) if overflowed(&e) && smaller.is_some() => {
+        let chunks = match clock.time(self.chat.stream(request)).await {
+            // The upstream said so, or (llama-cpp-python, on an uncounted prompt) ended
+            // the stream before a word.
+            Err(e)
+                if retry.as_ref().is_some_and(|r| {
+                    e.is_context_overflow() || (r.on_close && e.kind == UpstreamErrorKind::Closed)
+                }) =>
+            {
                 tracing::warn!(
                     stage = "generate",
                     "the upstream found the prompt too long: retrying with less context"
                 );
-                let smaller = smaller.ok_or_else(|| GatewayError::from(e))?;
-                (clock.time(self.chat.stream(smaller)).await?, None)
+                let smaller = retry.ok_or_else(|| GatewayError::from(e))?.request;
+                clock.time(self.chat.stream(smaller)).await?
             }
-            Err(e) => return Err(e.into()),
-            Ok(chunks) => (
-                chunks,
-                smaller.map(|request| Retry {
-                    chat: self.chat.clone(),
-                    request,
-                }),
-            ),
+            other => other?,
         };
         tracing::debug!(ms = ms(started), "upstream accepted the assistant turn");
         Ok(answer_events(
@@ -725,7 +741,6 @@ impl Pipeline {
                 cite: self.config.cite_sources,
                 memory,
                 started,
-                retry,
             }),
         ))
     }
@@ -904,15 +919,14 @@ struct Assistant {
     cite: bool,
     memory: Option<Memory>,
     started: Instant,
-    /// A shorter prompt for when the upstream ends the stream before its first token
-    /// because the prompt was too long (llama-cpp-python streams nothing and closes;
-    /// others say so in the stream).
-    retry: Option<Retry>,
 }
 
+/// A shorter prompt for when the upstream finds the first one too long.
 struct Retry {
-    chat: Arc<dyn ChatModel>,
     request: UpstreamRequest,
+    /// Also when the stream ends before its first token (how llama-cpp-python refuses a
+    /// streamed prompt), which is taken as "too long" only for prompts not counted.
+    on_close: bool,
 }
 
 /// The turn being answered, saved to its session when the answer ends, or, when the
@@ -979,9 +993,9 @@ fn answer_events(
     assistant: Option<Assistant>,
 ) -> EventStream {
     async_stream::stream! {
-        let (sources, cite, mut memory, started, mut retry) = match assistant {
-            Some(a) => (Some(a.sources), a.cite, a.memory, Some(a.started), a.retry),
-            None => (None, false, None, None, None),
+        let (sources, cite, mut memory, started) = match assistant {
+            Some(a) => (Some(a.sources), a.cite, a.memory, Some(a.started)),
+            None => (None, false, None, None),
         };
         if let Some(sources) = &sources {
             yield Event::Sources(sources.clone());
@@ -993,11 +1007,6 @@ fn answer_events(
             upstream.clock.since(waiting);
             let item = match next {
                 Ok(Some(item)) => item,
-                Ok(None) if deltas == 0 && retry.is_some() => Err(UpstreamError::new(
-                    UpstreamErrorKind::Closed,
-                    &upstream.url,
-                    "stream ended early",
-                )),
                 Ok(None) => break,
                 Err(_) => Err(UpstreamError::new(
                     UpstreamErrorKind::Timeout,
@@ -1013,10 +1022,7 @@ fn answer_events(
                     }
                     yield Event::Delta(text);
                 }
-                Ok(Chunk::ToolCalls(calls)) => {
-                    retry = None;
-                    yield Event::ToolCalls(calls);
-                }
+                Ok(Chunk::ToolCalls(calls)) => yield Event::ToolCalls(calls),
                 Ok(Chunk::Done { finish, usage }) => {
                     if let Some(list) = sources.as_deref().filter(|s| cite && !s.is_empty()) {
                         let text = citation(list);
@@ -1046,28 +1052,6 @@ fn answer_events(
                     yield Event::Done { finish, usage };
                     return;
                 }
-                Err(e) if deltas == 0 && overflowed(&e) && retry.is_some() =>
-                {
-                    let Some(Retry { chat, request }) = retry.take() else { continue };
-                    tracing::warn!(
-                        stage = "generate",
-                        "the upstream ended the answer before its first token after a long \
-                         prompt: retrying with less context"
-                    );
-                    let waiting = Instant::now();
-                    let again = chat.stream(request).await;
-                    upstream.clock.since(waiting);
-                    match again {
-                        Ok(more) => chunks = more,
-                        Err(e) => {
-                            if let Some(m) = memory.take() {
-                                m.save(true).await;
-                            }
-                            yield Event::Error(e.into());
-                            return;
-                        }
-                    }
-                }
                 Err(e) => {
                     if let Some(m) = memory.take() {
                         m.save(true).await;
@@ -1084,12 +1068,6 @@ fn answer_events(
         yield Event::Error(closed.into());
     }
     .boxed()
-}
-
-/// Whether an upstream that failed before the first token may have found the prompt too
-/// long: it said so, or it closed the stream without a word (llama-cpp-python's way).
-fn overflowed(e: &UpstreamError) -> bool {
-    e.is_context_overflow() || e.kind == UpstreamErrorKind::Closed
 }
 
 /// The "Sources:" list appended to the answer with `assistant.cite_sources`.

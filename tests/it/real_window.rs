@@ -118,6 +118,18 @@ async fn dense_code_knowledge_fits_a_real_2048_token_window() {
         );
     }
 
+    // The gateway asked the server's own tokenizer.
+    let counted = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|b| b.get("input").is_some())
+        .count();
+    assert!(
+        counted >= 2,
+        "the prompts were counted by the model server ({counted})"
+    );
+
     // What the model was sent fits its window by its own count, and the old estimate
     // (four characters a token) would have put far more in: it undercounts this code.
     let sent: Vec<Value> = seen
