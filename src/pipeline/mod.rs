@@ -855,7 +855,10 @@ impl Pipeline {
             known.listed.is_none_or(|at| at.elapsed() > MODEL_LIST_TTL)
         };
         if stale && !self.lists(name) {
-            if let Ok(models) = self.chat.models().await {
+            // Requests wait on this listing: a slow upstream is taken as one that could
+            // not list (its own answer then decides).
+            let listed = tokio::time::timeout(Duration::from_secs(5), self.chat.models()).await;
+            if let Ok(Ok(models)) = listed {
                 self.remember_models(&models);
             } else {
                 // Not again for a minute.
