@@ -15,11 +15,13 @@
 # better and takes about twice as long; smollm2 is the tiny model of older versions).
 #
 # Sizes for a 2-core machine (benches/model-speed.sh): llama.cpp reads Qwen2.5-Coder-0.5B's
-# prompt at about 160 tokens/s on 2 cores, so the prompt budget (context_tokens minus the
-# answer's 512) of 1,536 tokens costs about 10 s before the first token, and answers stream
-# at about 16 tokens/s. The server's window (4096) is larger than the gateway's budget
-# (2048): room for a prompt counted larger by the model's tokenizer than estimated, at
-# 12 KB of memory a token. --logits_all false: the server's default keeps every prompt
+# prompt at about 160 tokens/s on 2 cores and answers stream at about 16 tokens/s. Three
+# whole chunks (retrieval.top_k = 3) make prompts of 600-1,400 tokens, 4-9 s before the
+# first token, and more right answers from a small model than eight chunks cut to fit
+# (tests/it/real_model.rs' golden questions: 12 of 13 against 11). The prompt budget
+# (context_tokens minus the answer's 512 = 1,536) bounds the wait at about 10 s; the
+# server's window (4096) is larger than the gateway's budget (2048): room for a prompt
+# counted larger by the model's tokenizer than estimated, at 12 KB of memory a token. --logits_all false: the server's default keeps every prompt
 # token's logits (151,936 floats each), 1.5 GB more memory and slower prompts for nothing.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -63,6 +65,9 @@ model = "$model"
 passthrough = true
 context_tokens = 2048
 answer_reserve_tokens = 512
+
+[retrieval]
+top_k = 3
 
 [embeddings]
 provider = "local"

@@ -323,11 +323,12 @@ const GOLDEN: &[Golden] = &[
 ];
 
 /// Of GOLDEN, how many CI's model (scripts/test.sh: Qwen2.5-Coder-0.5B-Instruct, Q4_K_M)
-/// answers right: it got 11 of 13 in every measured run (the two wrong: the rate limiter's
-/// status and the compiler's error code); one below that leaves room for a single answer
-/// that changes with the machine, not for a model that stopped reading its context.
-/// `ASSIST_GOLDEN_MIN` overrides it (benches/golden-answers.sh measures every model with 0).
-const GOLDEN_RIGHT_AT_LEAST: usize = 10;
+/// must answer right. It got 12 of 13 in every run measured (the one wrong: the rate
+/// limiter's status); one below that leaves room for a single answer that changes with the
+/// machine, not for a model that stopped reading its context (SmolLM2-135M: 1 or 2 of 13;
+/// Qwen2.5-Coder-1.5B: 13). `ASSIST_GOLDEN_MIN` overrides it: benches/golden-answers.sh
+/// measures every model with 0.
+const GOLDEN_RIGHT_AT_LEAST: usize = 11;
 
 /// Answers checked, not only streamed: the golden questions, English and Spanish, through
 /// the assistant model (retrieval over examples/knowledge, the real model answering at
@@ -359,6 +360,9 @@ async fn a_real_model_answers_golden_questions_with_the_fact_asked() {
         s.llm.model = MODEL.into();
         s.llm.first_byte_timeout = Duration::from_secs(240);
         s.assistant.context_tokens = 2048;
+        // As the quick start: three whole chunks. With the default eight, cut to fit the
+        // budget, the 0.5B model got 11 of 13 (5 of 13 with a 1,536-token budget).
+        s.retrieval.top_k = 3;
         s.embeddings.provider = EmbeddingProvider::Local;
         s.embeddings.path = Some(minilm.clone().into());
     })
