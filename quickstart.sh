@@ -23,6 +23,9 @@
 # server's window (4096) is larger than the gateway's budget (2048): room for a prompt
 # counted larger by the model's tokenizer than estimated, at 12 KB of memory a token. --logits_all false: the server's default keeps every prompt
 # token's logits (151,936 floats each), 1.5 GB more memory and slower prompts for nothing.
+# --interrupt_requests false: by default any request that reaches the server while it
+# streams an answer (another user's question, even the gateway's token count or a model
+# listing) ends that answer with no finish_reason, and its user gets an error.
 set -euo pipefail
 cd "$(dirname "$0")"
 port="${ASSIST_PORT:-8080}"
@@ -102,7 +105,7 @@ wait_until() {
 threads="$(nproc)"
 OMP_WAIT_POLICY=PASSIVE "$python" -m llama_cpp.server --model "$gguf" --model_alias "$model" \
   --host 127.0.0.1 --port "$model_port" --n_threads "$threads" --n_threads_batch "$threads" \
-  --n_ctx 4096 --logits_all false >"$data/model-server.log" 2>&1 &
+  --n_ctx 4096 --logits_all false --interrupt_requests false >"$data/model-server.log" 2>&1 &
 pids+=($!)
 wait_until "http://127.0.0.1:$model_port/v1/models" "${pids[0]}" "the model server (see $data/model-server.log)"
 

@@ -38,7 +38,9 @@ pub(crate) async fn start_model_server(python: &str, gguf: &str) -> ModelServer 
 /// The model server with a window of `n_ctx` tokens. One thread generates and two process
 /// prompts (fixed, so answers at temperature 0 do not depend on the machine's core count);
 /// only the last token's logits are computed (`--logits_all false`: less work and memory
-/// per prompt token, the server's default computes them all).
+/// per prompt token, the server's default computes them all); requests wait their turn
+/// (`--interrupt_requests false`: by default any request that arrives, even a token count
+/// or a model listing, ends the answer being streamed, with no finish_reason).
 pub(crate) async fn start_model_server_with_window(
     python: &str,
     gguf: &str,
@@ -60,7 +62,8 @@ pub(crate) async fn start_model_server_with_window(
         ])
         .args(["--port", &port.to_string(), "--n_ctx", &n_ctx.to_string()])
         .args(["--n_threads", "1", "--n_threads_batch", "2"])
-        .args(["--logits_all", "false", "--model_alias", MODEL])
+        .args(["--logits_all", "false", "--interrupt_requests", "false"])
+        .args(["--model_alias", MODEL])
         .env("OMP_WAIT_POLICY", "PASSIVE")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -238,6 +241,60 @@ async fn a_real_model_answers_through_the_pipeline() {
         "everything went to the real model"
     );
     assert!(seen.lock().unwrap().len() >= 3);
+}
+
+/// Two users asking at once both get their whole answer: the model server answers one after
+/// the other, and the gateway's own calls to it (token counts) cut neither stream short.
+#[tokio::test]
+async fn two_users_asking_a_real_model_at_once_both_get_whole_answers() {
+    let (Ok(python), Ok(gguf), Ok(minilm)) = (
+        std::env::var("ASSIST_MODEL_PYTHON"),
+        std::env::var("ASSIST_MODEL_GGUF"),
+        std::env::var("ASSIST_TEST_MINILM"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the real-model tests: use scripts/test.sh"
+        );
+        eprintln!("SKIPPED: the model server is not installed; run scripts/test.sh");
+        return;
+    };
+    let model = start_model_server_with_window(&python, &gguf, 4096).await;
+    let up = ScriptedUpstream::start().await; // unused: the gateway talks to the model server
+    let gw = Gateway::with_knowledge(&up, Provider::Openai, |s| {
+        s.llm.base_url = format!("http://127.0.0.1:{}/v1", model.port);
+        s.llm.model = MODEL.into();
+        s.llm.first_byte_timeout = Duration::from_secs(240);
+        s.retrieval.top_k = 3;
+        s.embeddings.provider = EmbeddingProvider::Local;
+        s.embeddings.path = Some(minilm.clone().into());
+    })
+    .await;
+    let url = gw.url("/v1/chat/completions");
+    let ask = |question: &str| {
+        json!({"model": "brunix", "stream": true, "max_tokens": 40, "temperature": 0,
+            "messages": [{"role": "user", "content": question}]})
+    };
+    let first = post_patiently(
+        &url,
+        ask("How do I declare a path parameter for an endpoint?"),
+    );
+    let second = async {
+        // Once the first answer is under way.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        post_patiently(&url, ask("How do I run the tests of a Brisa service?")).await
+    };
+    let (first, second) = tokio::join!(first, second);
+    for (status, body) in [first, second] {
+        assert_eq!(status, 200, "{body}");
+        let (text, last) = stream_text(&body);
+        assert!(!text.trim().is_empty(), "{body}");
+        let finish = last["choices"][0]["finish_reason"].as_str();
+        assert!(
+            matches!(finish, Some("stop" | "length")),
+            "the answer ended with finish_reason {finish:?}: {body}"
+        );
+    }
 }
 
 fn base64_of(s: &str) -> String {
