@@ -9,7 +9,8 @@
 # Ctrl-C stops everything it started. Needs the Rust toolchain, Python 3 with pip, and a C
 # compiler; nothing is downloaded at run time.
 #
-# Environment: ASSIST_PORT (gateway, default 8080), MODEL_PORT (model server, default
+# Environment: ASSIST_PORT (gateway, default 8080), ASSIST_GRPC_PORT (its gRPC service,
+# default 50051), MODEL_PORT (model server, default
 # 8081), ASSIST_DATA_DIR (default data/quickstart), ASSIST_MODEL (the model that answers, a
 # name in tests/model/gguf.txt: qwen2.5-coder-0.5b by default; qwen2.5-coder-1.5b answers
 # better and takes about twice as long; smollm2 is the tiny model of older versions).
@@ -29,6 +30,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 port="${ASSIST_PORT:-8080}"
+grpc_port="${ASSIST_GRPC_PORT:-50051}"
 model_port="${MODEL_PORT:-8081}"
 data="${ASSIST_DATA_DIR:-data/quickstart}"
 
@@ -58,6 +60,9 @@ data_dir = "$data"
 
 [server]
 addr = "127.0.0.1:$port"
+
+[grpc]
+addr = "127.0.0.1:$grpc_port"
 
 [llm]
 provider = "openai"
@@ -115,7 +120,8 @@ wait_until "http://127.0.0.1:$port/health" "${pids[1]}" "the gateway"
 
 cat >&2 <<EOF
 
-The assistant is running at http://127.0.0.1:$port (model "brunix"; "$model" is passed through).
+The assistant is running at http://127.0.0.1:$port (model "brunix"; "$model" is passed through),
+and as the gRPC service brunix.AssistanceEngine at 127.0.0.1:$grpc_port (proto/brunix.proto).
 A small local model on the CPU: expect the first words after 5-15 s on 2 cores, mostly
 right answers about the knowledge base, and check them against the sources.
 

@@ -241,12 +241,35 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
     })
 }
 
-/// Serves until `shutdown` resolves, then lets open streams finish for at most
+/// Serves HTTP until `shutdown` resolves, then lets open streams finish for at most
 /// `server.shutdown_grace_secs`.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    crate::http::serve(listener, state, shutdown).await
+    serve_all(listener, None, state, shutdown).await
+}
+
+/// Serves HTTP, and gRPC when it has a listener, from one state, until `shutdown`
+/// resolves; both stop together.
+pub async fn serve_all(
+    http: TcpListener,
+    grpc: Option<TcpListener>,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use futures::FutureExt;
+    let shutdown = shutdown.shared();
+    let grpc = async {
+        match grpc {
+            Some(listener) => crate::grpc::serve(listener, state.clone(), shutdown.clone()).await,
+            None => Ok(()),
+        }
+    };
+    tokio::try_join!(
+        crate::http::serve(http, state.clone(), shutdown.clone()),
+        grpc
+    )?;
+    Ok(())
 }

@@ -20,6 +20,7 @@ pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 pub struct Settings {
     pub data_dir: PathBuf,
     pub server: ServerSettings,
+    pub grpc: GrpcSettings,
     pub log: LogSettings,
     pub assistant: AssistantSettings,
     pub classifier: ClassifierSettings,
@@ -397,6 +398,16 @@ impl JudgeSettings {
     }
 }
 
+/// The gRPC service `brunix.AssistanceEngine`, served beside HTTP.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrpcSettings {
+    /// host:port; empty = no gRPC.
+    pub addr: String,
+    /// `avap_code` of `AskAgent`'s answer.
+    pub avap_code: String,
+}
+
 /// Answer evaluation.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -432,6 +443,12 @@ impl SettingsError {
             reason: reason.into(),
         }
     }
+}
+
+/// Whether `addr` reads as host:port.
+fn is_host_port(addr: &str) -> bool {
+    matches!(addr.rsplit_once(':'),
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok())
 }
 
 /// `Err` naming `key` unless `ok`.
@@ -486,6 +503,7 @@ impl Settings {
     /// Checks what types alone cannot, section by section, naming the key at fault.
     pub fn validate(&self) -> Result<(), SettingsError> {
         self.server.validate()?;
+        self.grpc.validate()?;
         self.assistant.validate()?;
         self.classifier.validate()?;
         self.reformulator.validate()?;
@@ -527,9 +545,7 @@ impl ServerSettings {
 
     fn validate(&self) -> Result<(), SettingsError> {
         let addr = &self.addr;
-        let host_port = matches!(addr.rsplit_once(':'),
-            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok());
-        if !host_port {
+        if !is_host_port(addr) {
             return Err(SettingsError::new(
                 "server.addr",
                 format!("'{addr}' is not host:port"),
@@ -669,6 +685,24 @@ impl IngestSettings {
             "ingest.chunk_chars / ingest.overlap_chars",
             "chunk_chars must be at least 200 and larger than overlap_chars",
         )
+    }
+}
+
+impl GrpcSettings {
+    /// The address to serve gRPC on, when it is on.
+    pub fn addr(&self) -> Option<&str> {
+        let addr = self.addr.trim();
+        (!addr.is_empty()).then_some(addr)
+    }
+
+    fn validate(&self) -> Result<(), SettingsError> {
+        match self.addr() {
+            Some(addr) if !is_host_port(addr) => Err(SettingsError::new(
+                "grpc.addr",
+                format!("'{addr}' is not host:port (empty turns gRPC off)"),
+            )),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -396,9 +396,21 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (server.addr): {e}"))?;
+    let grpc = match settings.grpc.addr() {
+        None => None,
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (grpc.addr): {e}"))?,
+        ),
+    };
     let state = assist_gateway::app::build(settings)?;
     tracing::info!(
         addr = %listener.local_addr()?,
+        grpc_addr = grpc
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| a.to_string()),
         model = state.pipeline.assistant_model(),
         upstream = state.pipeline.upstream_url(),
         provider = ?state.settings.llm.provider,
@@ -412,7 +424,11 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
     );
     let server = &state.settings.server;
     let everywhere = listener.local_addr()?.ip().is_unspecified();
-    if everywhere && server.api_keys.is_empty() {
+    let grpc_everywhere = grpc
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .is_some_and(|a| a.ip().is_unspecified());
+    if (everywhere || grpc_everywhere) && server.api_keys.is_empty() {
         tracing::warn!(
             "listening on every interface without API keys: anyone who can reach this machine can use the gateway and continue any session; set server.api_keys"
         );
@@ -422,7 +438,7 @@ async fn serve(settings: Settings) -> anyhow::Result<()> {
             "listening on every interface with no server.allowed_hosts: requests naming any host are answered (web pages are still held off by the Origin check); list the names clients use in server.allowed_hosts"
         );
     }
-    assist_gateway::app::serve(listener, state, shutdown_signal()).await?;
+    assist_gateway::app::serve_all(listener, grpc, state, shutdown_signal()).await?;
     Ok(())
 }
 

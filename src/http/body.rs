@@ -100,40 +100,6 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> 
     Ok(value)
 }
 
-/// One text of a request is at most `server.max_message_chars` characters long.
-pub fn check_length(
-    server: &ServerSettings,
-    field: &str,
-    chars: usize,
-) -> Result<(), GatewayError> {
-    if chars > server.max_message_chars {
-        return Err(GatewayError::invalid(
-            field,
-            format!(
-                "{field} has {chars} characters, more than the {} accepted (server.max_message_chars)",
-                server.max_message_chars
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// At most `max` `items` in `field`, as its setting `key` says.
-pub fn check_count(
-    field: &str,
-    items: &str,
-    count: usize,
-    (max, key): (usize, &str),
-) -> Result<(), GatewayError> {
-    if count > max {
-        return Err(GatewayError::invalid(
-            field,
-            format!("{count} {items} is more than the {max} accepted ({key})"),
-        ));
-    }
-    Ok(())
-}
-
 /// A string or a list of strings (OpenAI `stop`, embedding `input`).
 #[derive(serde::Deserialize)]
 #[serde(untagged)]

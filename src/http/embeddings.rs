@@ -11,11 +11,12 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::body::{self, check_count, check_length, OneOrMany};
+use super::body::{self, OneOrMany};
 use super::dialect::{ApiError, Ollama, OpenAi};
 use super::AppState;
 use crate::config::ServerSettings;
 use crate::error::GatewayError;
+use crate::serve::bounds::{check_count, check_length};
 
 #[derive(Deserialize)]
 pub(super) struct OpenAiRequest {

@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use serde_json::Value;
 
-use super::chat::{self, Parsed};
+use super::chat::Parsed;
 use super::dialect::{ApiError, Dialect};
 use super::{ollama, openai};
 use crate::config::ServerSettings;
@@ -65,7 +65,7 @@ pub fn parse_chat_request(
         ChatRoute::OllamaGenerate => (ollama::GENERATE.1)(body).map(parsed),
     }?;
     if !parsed.load {
-        chat::check_limits(server, &parsed.turn)?;
+        crate::serve::bounds::check_limits(server, &parsed.turn)?;
     }
     Ok(parsed)
 }

@@ -16,10 +16,7 @@ mod limits;
 mod ollama;
 mod openai;
 mod scrape;
-mod server;
 mod sites;
-mod state;
-mod tls;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -35,10 +32,11 @@ use tokio::net::TcpListener;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
+pub use crate::serve::tls::acceptor as tls_acceptor;
+pub use crate::serve::AppState;
+use crate::serve::{access, listener, tls};
 use crate::telemetry;
 pub use dialect::{Dialect, Ollama, OpenAi};
-pub use state::AppState;
-pub use tls::acceptor as tls_acceptor;
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -47,8 +45,8 @@ pub fn router(state: AppState) -> Router {
     telemetry::install();
     let guard = Guard {
         sites: sites::Sites::from_settings(&state.settings.server),
-        keys: auth::Keys::from_settings(&state.settings.server),
-        limits: limits::Limits::from_settings(&state.settings.server),
+        keys: state.keys.clone(),
+        limits: state.limits.clone(),
         cors_origins: state.settings.server.cors_origins.clone(),
     };
     let operations = Router::new()
@@ -90,14 +88,15 @@ pub async fn serve(
     let server = &state.settings.server;
     let tls = tls::acceptor(server)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
-    let options = server::Options {
+    let options = listener::Options {
         tls,
+        http2_only: false,
         header_timeout: server.header_read_timeout,
         write_timeout: server.write_timeout,
         grace: server.shutdown_grace,
     };
     let router = router(state);
-    server::run(listener, router, options, shutdown).await
+    listener::run(listener, router, options, shutdown).await
 }
 
 /// What stands around each dialect's routes, outermost first: the access log, the host
@@ -105,8 +104,8 @@ pub async fn serve(
 /// shape.
 struct Guard {
     sites: Arc<sites::Sites>,
-    keys: Arc<auth::Keys>,
-    limits: Option<Arc<limits::Limits>>,
+    keys: Arc<access::Keys>,
+    limits: Option<Arc<access::Limits>>,
     cors_origins: Vec<String>,
 }
 

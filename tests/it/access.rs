@@ -357,14 +357,14 @@ async fn slow_clients_cannot_hold_connections() {
     assert_eq!(status, 200);
 }
 
-struct Tls {
+pub(crate) struct Tls {
     _dir: tempfile::TempDir,
-    cert: std::path::PathBuf,
-    key: std::path::PathBuf,
-    cert_pem: String,
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    pub cert_pem: String,
 }
 
-fn self_signed(host: &str) -> Tls {
+pub(crate) fn self_signed(host: &str) -> Tls {
     let dir = tempfile::tempdir().unwrap();
     let ck = rcgen::generate_simple_self_signed(vec![host.to_string()]).unwrap();
     let cert = dir.path().join("cert.pem");

@@ -435,16 +435,16 @@ async fn answer_relevancy_uses_the_embedder_when_there_is_one() {
 }
 
 /// Settings where every count is one, so one judge reply fits every judgement.
-fn one_of_each(s: &mut Settings, dataset: &Path) {
+pub(crate) fn one_of_each(s: &mut Settings, dataset: &Path) {
     s.retrieval.top_k = 1;
     s.judge.relevancy_questions = 1;
     s.eval.dataset = Some(dataset.to_path_buf());
 }
 
-const FITS_ALL: &str =
+pub(crate) const FITS_ALL: &str =
     r#"{"statements": ["s"], "verdicts": [1], "questions": ["q?"], "noncommittal": 0}"#;
 
-fn write_dataset(dir: &Path) -> std::path::PathBuf {
+pub(crate) fn write_dataset(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("golden.jsonl");
     let lines = [
         json!({"id": "d1", "category": "deployment", "question": PORT_Q, "ground_truth": "BRISA_SERVER_PORT overrides server.port."}),

@@ -24,6 +24,7 @@ mod errors;
 mod eval_answers;
 mod faults;
 mod fuzz_corpus;
+mod grpc;
 mod ingest_roots;
 mod knowledge;
 mod logs;

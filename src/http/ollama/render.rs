@@ -8,10 +8,11 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::error::GatewayError;
-use crate::http::chat::{End, Render, Timing};
+use crate::http::chat::HttpRender;
 use crate::http::dialect::{Dialect, Ollama};
 use crate::llm::{FinishReason, ToolCall, Usage};
 use crate::pipeline::{Answer, Source};
+use crate::serve::chat::{End, Render, Timing};
 
 /// The response field that carries text: `message` on chat, `response` on generate.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -73,7 +74,7 @@ impl Ndjson {
 }
 
 impl Render for Ndjson {
-    const CONTENT_TYPE: &'static str = "application/x-ndjson";
+    type Piece = Bytes;
 
     fn delta(&mut self, text: &str) -> Bytes {
         line_bytes(&self.line(text, None, None))
@@ -92,6 +93,10 @@ impl Render for Ndjson {
     fn error(&mut self, e: &GatewayError) -> Bytes {
         line_bytes(&Ollama::error_body(e))
     }
+}
+
+impl HttpRender for Ndjson {
+    const CONTENT_TYPE: &'static str = "application/x-ndjson";
 
     fn whole(&self, answer: &Answer, timing: Timing) -> Value {
         let mut body = self.line(

@@ -5,10 +5,11 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::error::GatewayError;
-use crate::http::chat::{End, Render, Timing};
+use crate::http::chat::HttpRender;
 use crate::http::dialect::{Dialect, OpenAi};
 use crate::llm::{ToolCall, Usage};
 use crate::pipeline::Answer;
+use crate::serve::chat::{End, Render, Timing};
 
 /// Which of the two response families is being rendered.
 #[derive(Clone, Copy)]
@@ -92,7 +93,7 @@ impl Sse {
 }
 
 impl Render for Sse {
-    const CONTENT_TYPE: &'static str = "text/event-stream";
+    type Piece = Bytes;
 
     fn opening(&mut self) -> Option<Bytes> {
         match self.kind {
@@ -152,6 +153,10 @@ impl Render for Sse {
     fn error(&mut self, e: &GatewayError) -> Bytes {
         frame(&OpenAi::error_body(e))
     }
+}
+
+impl HttpRender for Sse {
+    const CONTENT_TYPE: &'static str = "text/event-stream";
 
     fn whole(&self, answer: &Answer, _timing: Timing) -> Value {
         let mut choice =

@@ -862,6 +862,8 @@ pub async fn test_settings(
     settings.llm.connect_timeout = Duration::from_secs(2);
     settings.llm.first_byte_timeout = Duration::from_secs(5);
     settings.server.shutdown_grace = Duration::from_secs(5);
+    // gRPC on a free port: tests run side by side.
+    settings.grpc.addr = "127.0.0.1:0".into();
     let data = tempfile::tempdir().unwrap();
     settings.data_dir = data.path().to_path_buf();
     tweak(&mut settings);
@@ -883,6 +885,8 @@ pub async fn test_settings(
 /// A gateway on 127.0.0.1:0 in front of `upstream`, with settings adjusted by `tweak`.
 pub struct Gateway {
     pub addr: SocketAddr,
+    /// Where gRPC is served (`None` when `grpc.addr` is empty).
+    pub grpc_addr: Option<SocketAddr>,
     pub settings: Settings,
     /// The gateway's data_dir, removed with it.
     _data: Option<tempfile::TempDir>,
@@ -924,12 +928,23 @@ impl Gateway {
         let state = assist_gateway::app::build(settings.clone()).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let grpc = match settings.grpc.addr() {
+            Some(_) => Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
+            None => None,
+        };
+        let grpc_addr = grpc.as_ref().map(|l| l.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(assist_gateway::app::serve(listener, state, async {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(assist_gateway::app::serve_all(
+            listener,
+            grpc,
+            state,
+            async {
+                let _ = stopped.await;
+            },
+        ));
         Self {
             addr,
+            grpc_addr,
             settings,
             _data: None,
             stop: Some(stop),
@@ -968,6 +983,8 @@ impl Gateway {
 /// when dropped.
 pub struct Spawned {
     pub addr: SocketAddr,
+    /// Where gRPC is served (`None` when `grpc.addr` is empty).
+    pub grpc_addr: Option<SocketAddr>,
     pub settings: Settings,
     child: std::process::Child,
     log: Arc<Mutex<Vec<String>>>,
@@ -1027,13 +1044,16 @@ impl Spawned {
                 if line.contains("assist-gateway listening") {
                     let v: Value = serde_json::from_str(&line).unwrap_or_default();
                     if let Some(addr) = v["fields"]["addr"].as_str() {
-                        let _ = addr_tx.send(addr.parse::<SocketAddr>().unwrap());
+                        let grpc = v["fields"]["grpc_addr"]
+                            .as_str()
+                            .map(|a| a.parse::<SocketAddr>().unwrap());
+                        let _ = addr_tx.send((addr.parse::<SocketAddr>().unwrap(), grpc));
                     }
                 }
                 lines.lock().unwrap().push(line);
             }
         });
-        let addr =
+        let (addr, grpc_addr) =
             tokio::task::spawn_blocking(move || addr_rx.recv_timeout(Duration::from_secs(30)))
                 .await
                 .unwrap()
@@ -1045,6 +1065,7 @@ impl Spawned {
                 });
         Self {
             addr,
+            grpc_addr,
             settings,
             child,
             log,

@@ -1,4 +1,4 @@
-//! What every request handler shares.
+//! What every request handler shares, over HTTP and gRPC alike.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -7,6 +7,7 @@ use crate::config::Settings;
 use crate::llm::Embedder;
 use crate::pipeline::Pipeline;
 use crate::retrieval::hybrid::Retriever;
+use crate::serve::access::{Keys, Limits};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -20,6 +21,10 @@ pub struct AppState {
     pub eval_running: Arc<AtomicBool>,
     /// Embedding requests served at once (`server.max_concurrent_embeddings`).
     pub embedding_slots: Arc<tokio::sync::Semaphore>,
+    /// The accepted API keys.
+    pub keys: Arc<Keys>,
+    /// Per-caller limits, counted across every API (`None`: none configured).
+    pub limits: Option<Arc<Limits>>,
 }
 
 impl AppState {
@@ -34,6 +39,8 @@ impl AppState {
         ));
         Self {
             embedding_slots,
+            keys: Keys::from_settings(&settings.server),
+            limits: Limits::from_settings(&settings.server),
             settings: Arc::new(settings),
             pipeline: Arc::new(pipeline),
             retriever,

@@ -1,4 +1,5 @@
-//! Serves the router on a TCP listener, as plain HTTP or over TLS, HTTP/1.1 and HTTP/2.
+//! Serves a router on a TCP listener, as plain HTTP or over TLS, HTTP/1.1 and HTTP/2 (or
+//! HTTP/2 alone, for gRPC).
 //! A connection must deliver each request's headers (and its TLS handshake) within a
 //! deadline, and take what is written to it (a write that makes no progress for the write
 //! timeout closes it), so slow clients cannot hold connections open; on shutdown no new
@@ -26,6 +27,9 @@ use tower::ServiceExt;
 pub struct Options {
     /// `Some`: HTTPS only on this listener.
     pub tls: Option<TlsAcceptor>,
+    /// HTTP/2 only (gRPC): browsers never speak it in the clear, so no web page can send
+    /// requests here.
+    pub http2_only: bool,
     /// Deadline for a request's headers, and for the TLS handshake.
     pub header_timeout: Duration,
     /// Longest a write to the client may make no progress before the connection closes.
@@ -34,12 +38,13 @@ pub struct Options {
     pub grace: Duration,
 }
 
-/// The connection builders: one that detects the protocol (plain HTTP), and one per
-/// protocol that TLS's ALPN chose.
+/// The connection builders: one that tells HTTP/1 from HTTP/2 by what the client sends
+/// (over TLS too, whatever ALPN chose), and one for HTTP/2 alone.
 struct Builders {
     detect: Builder<TokioExecutor>,
-    http1: Builder<TokioExecutor>,
     http2: Builder<TokioExecutor>,
+    /// Serve with `http2` alone.
+    http2_only: bool,
 }
 
 /// Serves `router` until `shutdown` resolves, then for at most `options.grace` more.
@@ -56,9 +61,9 @@ pub async fn run(
         .header_read_timeout(options.header_timeout);
     detect.http2().timer(TokioTimer::new());
     let builders = Arc::new(Builders {
-        http1: detect.clone().http1_only(),
         http2: detect.clone().http2_only(),
         detect,
+        http2_only: options.http2_only,
     });
     let graceful = GracefulShutdown::new();
     let mut connections = JoinSet::new();
@@ -144,11 +149,16 @@ async fn connection(
                 tracing::debug!(%remote, "connection closed: no request in time");
                 return;
             }
-            let io = WriteDeadline::new(tcp, write_timeout);
-            let conn = builders
-                .detect
-                .serve_connection_with_upgrades(TokioIo::new(io), service);
-            watcher.watch(conn).await
+            let io = TokioIo::new(WriteDeadline::new(tcp, write_timeout));
+            if builders.http2_only {
+                // (`serve_connection_with_upgrades` would ignore the builder's version.)
+                watcher
+                    .watch(builders.http2.serve_connection(io, service))
+                    .await
+            } else {
+                let conn = builders.detect.serve_connection_with_upgrades(io, service);
+                watcher.watch(conn).await
+            }
         }
         Some(acceptor) => {
             let io = WriteDeadline::new(tcp, write_timeout);
@@ -163,13 +173,15 @@ async fn connection(
                     return;
                 }
             };
-            let builder = if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                &builders.http2
+            let io = TokioIo::new(stream);
+            if builders.http2_only {
+                watcher
+                    .watch(builders.http2.serve_connection(io, service))
+                    .await
             } else {
-                &builders.http1
-            };
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            watcher.watch(conn).await
+                let conn = builders.detect.serve_connection_with_upgrades(io, service);
+                watcher.watch(conn).await
+            }
         }
     };
     if let Err(e) = served {

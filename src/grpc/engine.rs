@@ -1,0 +1,406 @@
+//! `brunix.AssistanceEngine` on the shared chat flow, with the reference's semantics:
+//!
+//! - `AskAgent`: one message with the whole answer, `avap_code` (`grpc.avap_code`) and
+//!   `is_final = true`; `AskAgentStream`: one message per token as it arrives, then a
+//!   final message with empty `text` and `is_final = true`.
+//! - `editor_content`, `selected_text`, `extra_context` are base64 and `user_info` a JSON
+//!   string, read as the `user` field is over HTTP (unreadable → empty, a warning naming
+//!   the field); an empty `session_id` is `"default"`, inside the caller's own space.
+//! - Application errors (upstream down, timeouts) end the stream with a final message
+//!   whose text starts `[ENG] Error:`, as the reference's clients expect; what the client
+//!   must change is a status: `INVALID_ARGUMENT` (empty query, oversize fields),
+//!   `UNAUTHENTICATED` (key missing or wrong in `authorization: Bearer` metadata),
+//!   `RESOURCE_EXHAUSTED` (rate limits, with `retry-after` metadata), `ABORTED` (the
+//!   session is busy with another turn).
+//! - A client that cancels the call cancels the upstream request; the partial turn is
+//!   kept in the session.
+//! - `EvaluateRAG`: the answer evaluation; every failure of the evaluation itself is in
+//!   `status`, as the reference reports it.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Instant;
+
+use axum::extract::ConnectInfo;
+use futures::{Stream, StreamExt};
+use serde_json::{json, Value};
+use tonic::metadata::MetadataMap;
+use tonic::{Code, Request, Response, Status};
+
+use super::pb::{self, AgentRequest, AgentResponse};
+use crate::error::GatewayError;
+use crate::llm::{GenParams, Input, Message, Role, ToolCall, UpstreamRequest};
+use crate::pipeline::ChatTurn;
+use crate::serve::access::{Caller, StreamGate};
+use crate::serve::chat::{self, ChatLog, End, Render};
+use crate::serve::{evaluation, AppState};
+use crate::sessions::Owner;
+use crate::telemetry;
+
+/// What an empty `session_id` means (as in the reference).
+const DEFAULT_SESSION: &str = "default";
+/// What an application error's text starts with.
+const ERROR_PREFIX: &str = "[ENG] Error: ";
+
+type Answers = Pin<Box<dyn Stream<Item = Result<AgentResponse, Status>> + Send>>;
+
+pub struct Engine {
+    state: AppState,
+}
+
+impl Engine {
+    pub fn new(state: AppState) -> Self {
+        Self { state }
+    }
+
+    /// Who calls (the key in `authorization` metadata when keys are set, else the peer's
+    /// address), counted against its per-minute limit.
+    fn admit(&self, metadata: &MetadataMap, peer: Option<SocketAddr>) -> Result<Admitted, Status> {
+        let keys = &self.state.keys;
+        let caller = if keys.required() {
+            let header = metadata.get("authorization").and_then(|v| v.to_str().ok());
+            Caller::Key(keys.check(header).map_err(|e| status(&e))?)
+        } else {
+            peer.map_or(Caller::Unknown, |addr| Caller::Ip(addr.ip()))
+        };
+        let gate = match &self.state.limits {
+            None => None,
+            Some(limits) => limits.admit(&caller).map_err(|e| status(&e))?.gate,
+        };
+        // Sessions are the caller's own with keys; without, one namespace is shared.
+        let owner = match &caller {
+            Caller::Key(digest) => Owner::key(digest),
+            _ => Owner::shared(),
+        };
+        Ok(Admitted { owner, gate })
+    }
+
+    /// Both ask methods: admit the caller, read the request, then answer as a stream of
+    /// messages (token by token, or the whole answer as one).
+    fn ask(
+        &self,
+        request: Request<AgentRequest>,
+        route: &'static str,
+        streamed: bool,
+    ) -> Result<Answers, Status> {
+        let mut log = ChatLog::new(
+            request_id(request.metadata()),
+            "grpc",
+            route,
+            self.state.pipeline.clone(),
+        );
+        log.request(self.state.pipeline.assistant_model(), streamed);
+        let peer = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| *addr);
+        let admitted = match self.admit(request.metadata(), peer) {
+            Ok(a) => a,
+            Err(s) => {
+                log.failed(&gateway_error(&s), false);
+                return Err(s);
+            }
+        };
+        let turn = match self.turn(request.into_inner()) {
+            Ok(turn) => turn,
+            Err(e) => {
+                log.failed(&e, false);
+                return Err(status(&e));
+            }
+        };
+        let state = self.state.clone();
+        let avap_code = state.settings.grpc.avap_code.clone();
+        let answers = async_stream::stream! {
+            let Admitted { owner, gate } = admitted;
+            let events =
+                chat::start(&state, gate.as_ref(), &owner, &mut log, turn, streamed).await;
+            let events = match events {
+                Ok(events) => events,
+                Err(e) => {
+                    log.failed(&e, false);
+                    yield failure(&e);
+                    return;
+                }
+            };
+            if streamed {
+                let write_timeout = state.settings.server.write_timeout;
+                let mut tokens = chat::stream(events, Tokens, log, write_timeout);
+                while let Some(answer) = tokens.next().await {
+                    yield Ok(answer);
+                }
+                return;
+            }
+            match chat::collect(events, &mut log).await {
+                Ok(answer) => yield Ok(AgentResponse {
+                    text: answer.text,
+                    avap_code,
+                    is_final: true,
+                }),
+                Err(e) => yield failure(&e),
+            }
+        };
+        let open = telemetry::ActiveStream::open();
+        Ok(Box::pin(answers.map(move |answer| {
+            let _open = &open;
+            answer
+        })))
+    }
+
+    /// The turn an `AgentRequest` asks for, with the editor context read like the `user`
+    /// field over HTTP.
+    fn turn(&self, req: AgentRequest) -> Result<ChatTurn, GatewayError> {
+        let server = &self.state.settings.server;
+        let size = prost::Message::encoded_len(&req);
+        if size > server.max_body_bytes {
+            return Err(GatewayError::invalid(
+                "request",
+                format!(
+                    "the request is {size} bytes, more than the {} accepted (server.max_body_bytes)",
+                    server.max_body_bytes
+                ),
+            ));
+        }
+        if req.query.trim().is_empty() {
+            return Err(GatewayError::invalid(
+                "query",
+                "query is empty: send the question in `query`",
+            ));
+        }
+        let mut user = json!({
+            "editor_content": req.editor_content,
+            "selected_text": req.selected_text,
+            "extra_context": req.extra_context,
+        });
+        if !req.user_info.trim().is_empty() {
+            user["user_info"] = Value::String(req.user_info);
+        }
+        let session_id = if req.session_id.is_empty() {
+            DEFAULT_SESSION.to_string()
+        } else {
+            req.session_id
+        };
+        let request = UpstreamRequest {
+            model: self.state.pipeline.assistant_model().to_string(),
+            input: Input::Chat(vec![Message::text(Role::User, req.query)]),
+            params: GenParams::default(),
+            tools: Vec::new(),
+            tool_choice: None,
+        };
+        Ok(ChatTurn::from_client(
+            request,
+            Some(session_id),
+            Some(&user),
+            None,
+        ))
+    }
+}
+
+struct Admitted {
+    owner: Owner,
+    gate: Option<StreamGate>,
+}
+
+#[tonic::async_trait]
+impl pb::assistance_engine_server::AssistanceEngine for Engine {
+    type AskAgentStream = Answers;
+    type AskAgentStreamStream = Answers;
+
+    async fn ask_agent(&self, request: Request<AgentRequest>) -> Result<Response<Answers>, Status> {
+        self.ask(request, "/brunix.AssistanceEngine/AskAgent", false)
+            .map(Response::new)
+    }
+
+    async fn ask_agent_stream(
+        &self,
+        request: Request<AgentRequest>,
+    ) -> Result<Response<Answers>, Status> {
+        self.ask(request, "/brunix.AssistanceEngine/AskAgentStream", true)
+            .map(Response::new)
+    }
+
+    async fn evaluate_rag(
+        &self,
+        request: Request<pb::EvalRequest>,
+    ) -> Result<Response<pb::EvalResponse>, Status> {
+        const ROUTE: &str = "/brunix.AssistanceEngine/EvaluateRAG";
+        let started = Instant::now();
+        let peer = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| *addr);
+        if let Err(s) = self.admit(request.metadata(), peer) {
+            telemetry::request(
+                ROUTE.into(),
+                gateway_error(&s).status.as_u16(),
+                started.elapsed(),
+            );
+            return Err(s);
+        }
+        let req = request.into_inner();
+        let asked = evaluation::Asked {
+            category: req.category,
+            limit: i64::from(req.limit),
+            index: req.index,
+        };
+        let response = match evaluation::run(self.state.clone(), asked).await {
+            Ok(r) => evaluated(r),
+            Err(e) => pb::EvalResponse {
+                status: e.message,
+                ..Default::default()
+            },
+        };
+        telemetry::request(ROUTE.into(), 200, started.elapsed());
+        tracing::info!(
+            route = ROUTE,
+            status = if response.status == "ok" {
+                "ok"
+            } else {
+                "error"
+            },
+            questions = response.questions_evaluated,
+            latency_ms = started.elapsed().as_secs_f64() * 1e3,
+            "request"
+        );
+        Ok(Response::new(response))
+    }
+}
+
+/// An evaluation in the proto's shape (a metric no question had is 0).
+fn evaluated(r: crate::eval::answers::EvalResponse) -> pb::EvalResponse {
+    let score = |m: Option<f64>| m.unwrap_or(0.0) as f32;
+    pb::EvalResponse {
+        status: r.status,
+        questions_evaluated: i32::try_from(r.questions_evaluated).unwrap_or(i32::MAX),
+        elapsed_seconds: r.elapsed_seconds as f32,
+        judge_model: r.judge_model,
+        index: r.index,
+        faithfulness: score(r.faithfulness),
+        answer_relevancy: score(r.answer_relevancy),
+        context_recall: score(r.context_recall),
+        context_precision: score(r.context_precision),
+        global_score: r.global_score as f32,
+        verdict: r.verdict,
+        details: r
+            .details
+            .into_iter()
+            .map(|d| pb::QuestionDetail {
+                id: d.id,
+                category: d.category,
+                question: d.question,
+                answer_preview: d.answer_preview,
+                n_chunks: i32::try_from(d.n_chunks).unwrap_or(i32::MAX),
+            })
+            .collect(),
+    }
+}
+
+/// `AskAgentStream`'s messages: a token each, then the final one.
+struct Tokens;
+
+impl Render for Tokens {
+    type Piece = AgentResponse;
+
+    fn delta(&mut self, text: &str) -> AgentResponse {
+        AgentResponse {
+            text: text.to_string(),
+            avap_code: String::new(),
+            is_final: false,
+        }
+    }
+
+    /// No tools are offered over gRPC: nothing to show.
+    fn tool_calls(&mut self, _calls: &[ToolCall]) -> AgentResponse {
+        self.delta("")
+    }
+
+    fn end(&mut self, _end: End<'_>) -> AgentResponse {
+        AgentResponse {
+            text: String::new(),
+            avap_code: String::new(),
+            is_final: true,
+        }
+    }
+
+    fn error(&mut self, e: &GatewayError) -> AgentResponse {
+        engine_error(e)
+    }
+}
+
+/// The reference's application error: a final message whose text says what went wrong.
+fn engine_error(e: &GatewayError) -> AgentResponse {
+    AgentResponse {
+        text: format!("{ERROR_PREFIX}{}", e.message),
+        avap_code: String::new(),
+        is_final: true,
+    }
+}
+
+/// How a failure before the answer reaches the client: a status when the request is at
+/// fault (the client must change it), else the application error message.
+fn failure(e: &GatewayError) -> Result<AgentResponse, Status> {
+    if e.status.is_client_error() {
+        Err(status(e))
+    } else {
+        Ok(engine_error(e))
+    }
+}
+
+/// The gRPC status of an error.
+fn status(e: &GatewayError) -> Status {
+    use axum::http::StatusCode;
+    let code = match e.status {
+        StatusCode::UNAUTHORIZED => Code::Unauthenticated,
+        StatusCode::FORBIDDEN => Code::PermissionDenied,
+        StatusCode::NOT_FOUND => Code::NotFound,
+        StatusCode::TOO_MANY_REQUESTS => Code::ResourceExhausted,
+        StatusCode::CONFLICT => Code::Aborted,
+        StatusCode::REQUEST_TIMEOUT => Code::DeadlineExceeded,
+        s if s.is_client_error() => Code::InvalidArgument,
+        StatusCode::SERVICE_UNAVAILABLE => Code::Unavailable,
+        _ => Code::Internal,
+    };
+    let mut status = Status::new(code, e.message.clone());
+    if let Some(secs) = e.retry_after {
+        if let Ok(v) = secs.to_string().parse() {
+            status.metadata_mut().insert("retry-after", v);
+        }
+    }
+    status
+}
+
+/// The error a status stands for, for the request's log line.
+fn gateway_error(s: &Status) -> GatewayError {
+    match s.code() {
+        Code::Unauthenticated => GatewayError::unauthorized(s.message()),
+        Code::ResourceExhausted => GatewayError::rate_limited(s.message()),
+        _ => GatewayError::invalid("request", s.message()),
+    }
+}
+
+/// The request id a client sent (`x-request-id` metadata), else a new one.
+fn request_id(metadata: &MetadataMap) -> String {
+    metadata
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|id| !id.is_empty() && id.len() <= 128)
+        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_faults_are_statuses_and_the_rest_engine_errors() {
+        let bad = GatewayError::invalid("query", "query is empty");
+        assert_eq!(failure(&bad).unwrap_err().code(), Code::InvalidArgument);
+        let busy = GatewayError::session_busy("busy");
+        let s = failure(&busy).unwrap_err();
+        assert_eq!(s.code(), Code::Aborted);
+        assert_eq!(s.metadata().get("retry-after").unwrap(), "5");
+        let down = GatewayError::unavailable("upstream_unavailable", "connection refused");
+        let answer = failure(&down).unwrap();
+        assert_eq!(answer.text, "[ENG] Error: connection refused");
+        assert!(answer.is_final);
+    }
+}

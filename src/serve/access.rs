@@ -1,0 +1,331 @@
+//! Who calls and what they may do, whatever the protocol: bearer keys, the caller's
+//! identity, and per-caller limits (requests per minute, streamed answers open at once).
+//!
+//! When `server.api_keys` is set every API but liveness needs a key. The keys are held as
+//! SHA-256 digests, computed once at start-up; the digest of the key a request presented
+//! is who the caller is (rate limits, conversation memory), else its IP address. A caller
+//! is logged as a short id, never as the key. The HTTP and gRPC servers share one
+//! [`Limits`], so a caller's limits count across both.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::StateInformationMiddleware;
+use governor::state::keyed::DashMapStateStore;
+use governor::{Quota, RateLimiter};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::config::ServerSettings;
+use crate::error::GatewayError;
+
+/// The accepted keys, as digests.
+pub struct Keys {
+    digests: Vec<[u8; 32]>,
+}
+
+impl Keys {
+    pub fn from_settings(server: &ServerSettings) -> Arc<Self> {
+        Arc::new(Self {
+            digests: server.api_keys.iter().map(|k| digest(k)).collect(),
+        })
+    }
+
+    /// Whether a key is needed (`server.api_keys` is set).
+    pub fn required(&self) -> bool {
+        !self.digests.is_empty()
+    }
+
+    /// The digest of the key an `Authorization` header presents, when it is one of the
+    /// accepted keys. Compares against every key without stopping early, digest to
+    /// digest in constant time: comparing the keys themselves would return at once on a
+    /// length mismatch and so tell a caller how long the keys are.
+    pub fn check(&self, header: Option<&str>) -> Result<[u8; 32], GatewayError> {
+        let Some(key) = bearer(header) else {
+            return Err(GatewayError::unauthorized(
+                "missing API key: send Authorization: Bearer <key>",
+            ));
+        };
+        let presented = digest(key);
+        let accepted = self
+            .digests
+            .iter()
+            .fold(false, |ok, d| ok | bool::from(d.ct_eq(&presented)));
+        if accepted {
+            Ok(presented)
+        } else {
+            Err(GatewayError::unauthorized("invalid API key"))
+        }
+    }
+}
+
+fn digest(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// Who a request comes from: the key it presented when keys are set, else its address.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum Caller {
+    /// SHA-256 of the API key.
+    Key([u8; 32]),
+    Ip(IpAddr),
+    /// Neither a key nor an address (a router served without connection info).
+    Unknown,
+}
+
+impl fmt::Display for Caller {
+    /// A short id safe to log: never the key itself.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Caller::Key(digest) => {
+                f.write_str("key:")?;
+                digest[..4].iter().try_for_each(|b| write!(f, "{b:02x}"))
+            }
+            Caller::Ip(ip) => write!(f, "ip:{ip}"),
+            Caller::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
+/// The key of an `Authorization: Bearer <key>` header; an empty key is no key.
+fn bearer(header: Option<&str>) -> Option<&str> {
+    let value = header?.trim();
+    let (scheme, key) = value.split_once(' ').unwrap_or((value, ""));
+    let key = key.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !key.is_empty()).then_some(key)
+}
+
+/// What a caller is told to wait when all its stream slots are taken: streams end at
+/// their own pace, so a short, fixed wait.
+const STREAM_RETRY_SECS: u64 = 5;
+/// Without keys, forgotten IP addresses are pruned every this many checks.
+const PRUNE_EVERY: u64 = 4096;
+
+type Limiter =
+    RateLimiter<Caller, DashMapStateStore<Caller>, DefaultClock, StateInformationMiddleware>;
+
+pub struct Limits {
+    by_key: bool,
+    per_minute: u32,
+    requests: Option<Limiter>,
+    max_streams: usize,
+    /// Streams open per caller; a caller with none has no entry.
+    streams: Mutex<HashMap<Caller, usize>>,
+    checks: AtomicU64,
+}
+
+impl Limits {
+    /// The limits the settings ask for, or `None` when both are off.
+    pub fn from_settings(server: &ServerSettings) -> Option<Arc<Self>> {
+        let requests = NonZeroU32::new(server.rate_limit_per_minute).map(|n| {
+            RateLimiter::dashmap(Quota::per_minute(n))
+                .with_middleware::<StateInformationMiddleware>()
+        });
+        if requests.is_none() && server.max_streams_per_key == 0 {
+            return None;
+        }
+        Some(Arc::new(Self {
+            by_key: !server.api_keys.is_empty(),
+            per_minute: server.rate_limit_per_minute,
+            requests,
+            max_streams: server.max_streams_per_key as usize,
+            streams: Mutex::new(HashMap::new()),
+            checks: AtomicU64::new(0),
+        }))
+    }
+
+    /// The per-minute limit (0: none).
+    pub fn per_minute(&self) -> u32 {
+        self.per_minute
+    }
+
+    /// Counts one request of `caller`: what it may still do, or a 429 (`retry_after`
+    /// set) when it is over its per-minute limit.
+    pub fn admit(self: &Arc<Self>, caller: &Caller) -> Result<Admitted, GatewayError> {
+        let remaining = self.check_request(caller).map_err(|retry_after| {
+            metrics::counter!("assist_rate_limited_total", "limit" => "requests").increment(1);
+            tracing::warn!(
+                caller = %caller,
+                limit = "requests",
+                retry_after_secs = retry_after,
+                "rate limited"
+            );
+            let mut e = GatewayError::rate_limited(format!(
+                "rate limit of {} requests per minute reached (server.rate_limit_per_minute); retry in {retry_after} s",
+                self.per_minute
+            ));
+            e.retry_after = Some(retry_after);
+            e
+        })?;
+        let gate = (self.max_streams > 0).then(|| StreamGate {
+            limits: self.clone(),
+            caller: caller.clone(),
+        });
+        Ok(Admitted { remaining, gate })
+    }
+
+    /// Counts one request; `Err` with the seconds to wait when over the limit.
+    fn check_request(&self, caller: &Caller) -> Result<Option<u32>, u64> {
+        let Some(limiter) = &self.requests else {
+            return Ok(None);
+        };
+        if !self.by_key
+            && self
+                .checks
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(PRUNE_EVERY)
+        {
+            limiter.retain_recent();
+        }
+        match limiter.check_key(caller) {
+            Ok(state) => Ok(Some(state.remaining_burst_capacity())),
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(limiter.clock().now());
+                Err(wait.as_secs_f64().ceil().max(1.0) as u64)
+            }
+        }
+    }
+
+    fn claim_stream(self: &Arc<Self>, caller: &Caller) -> Option<StreamSlot> {
+        let mut open = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        let n = open.entry(caller.clone()).or_default();
+        if *n >= self.max_streams {
+            return None;
+        }
+        *n += 1;
+        Some(StreamSlot {
+            limits: self.clone(),
+            caller: caller.clone(),
+        })
+    }
+}
+
+/// A request within its caller's limits.
+pub struct Admitted {
+    /// Requests left in the current minute (`None`: no per-minute limit).
+    pub remaining: Option<u32>,
+    /// The caller's stream slots (`None`: no limit on open streams).
+    pub gate: Option<StreamGate>,
+}
+
+/// One of a caller's stream slots, given back when dropped (the stream ended, failed, or
+/// its client went away).
+pub struct StreamSlot {
+    limits: Arc<Limits>,
+    caller: Caller,
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .limits
+            .streams
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(&self.caller) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.caller);
+            }
+        }
+    }
+}
+
+/// Lets a chat flow claim a stream slot for the caller of its request (present when
+/// `server.max_streams_per_key` is set).
+#[derive(Clone)]
+pub struct StreamGate {
+    limits: Arc<Limits>,
+    caller: Caller,
+}
+
+impl StreamGate {
+    /// One of the caller's stream slots, held as long as the stream lives; a 429 with
+    /// `retry-after` when all are taken.
+    pub fn claim(&self) -> Result<StreamSlot, GatewayError> {
+        if let Some(slot) = self.limits.claim_stream(&self.caller) {
+            return Ok(slot);
+        }
+        metrics::counter!("assist_rate_limited_total", "limit" => "streams").increment(1);
+        tracing::warn!(
+            caller = %self.caller,
+            limit = "streams",
+            max_streams = self.limits.max_streams,
+            "rate limited"
+        );
+        let mut e = GatewayError::rate_limited(format!(
+            "{} streamed answers are already open for this {} (server.max_streams_per_key); retry when one ends",
+            self.limits.max_streams,
+            if self.limits.by_key { "API key" } else { "client" },
+        ));
+        e.retry_after = Some(STREAM_RETRY_SECS);
+        Err(e)
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    #[test]
+    fn bearer_parsing() {
+        assert_eq!(bearer(Some("Bearer abc")), Some("abc"));
+        assert_eq!(bearer(Some("bearer  abc ")), Some("abc"));
+        assert_eq!(bearer(Some("Bearer")), None);
+        assert_eq!(bearer(Some("Bearer ")), None);
+        assert_eq!(bearer(Some("Basic abc")), None);
+        assert_eq!(bearer(None), None);
+    }
+
+    #[test]
+    fn keys_are_matched_exactly() {
+        let keys = Keys {
+            digests: vec![digest("k1"), digest("k2")],
+        };
+        assert_eq!(keys.check(Some("Bearer k2")).ok(), Some(digest("k2")));
+        for wrong in ["Bearer k", "Bearer k22", "Bearer ", "k1"] {
+            assert!(keys.check(Some(wrong)).is_err(), "{wrong}");
+        }
+        assert!(Keys { digests: vec![] }.check(Some("Bearer k1")).is_err());
+    }
+
+    #[test]
+    fn caller_ids_never_show_the_key() {
+        let id = Caller::Key(digest("sk-very-secret-key")).to_string();
+        assert!(id.starts_with("key:") && id.len() == 12, "{id}");
+        assert!(!id.contains("secret"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_slots_are_given_back_when_dropped() {
+        let mut server = crate::config::Settings::load_without_env(None)
+            .unwrap()
+            .server;
+        server.max_streams_per_key = 2;
+        let limits = Limits::from_settings(&server).unwrap();
+        let a = Caller::Ip([127, 0, 0, 1].into());
+        let b = Caller::Ip([127, 0, 0, 2].into());
+        let one = limits.claim_stream(&a).unwrap();
+        let _two = limits.claim_stream(&a).unwrap();
+        assert!(limits.claim_stream(&a).is_none(), "a third is refused");
+        assert!(
+            limits.claim_stream(&b).is_some(),
+            "other callers are unaffected"
+        );
+        drop(one);
+        assert!(
+            limits.claim_stream(&a).is_some(),
+            "a freed slot is reusable"
+        );
+    }
+}

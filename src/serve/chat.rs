@@ -1,0 +1,385 @@
+//! The one chat flow every API shares, whatever its protocol: check the turn's bounds →
+//! claim a stream slot → run the pipeline → render its events, streamed (watched for a
+//! client that stopped reading) or whole. A dialect brings a parser (its request into a
+//! `ChatTurn`) and a [`Render`]; the transport around it is its own.
+//!
+//! Each chat request is logged and measured here, once, when its answer ends (failed,
+//! finished, or dropped by a client that went away).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+
+use super::access::{StreamGate, StreamSlot};
+use super::bounds::check_limits;
+use super::AppState;
+use crate::error::GatewayError;
+use crate::llm::{FinishReason, ToolCall, Usage};
+use crate::pipeline::classify::truncate_chars;
+use crate::pipeline::{self, Answer, ChatTurn, Event, EventStream, Pipeline, Source};
+use crate::sessions::Owner;
+use crate::telemetry::{self, UpstreamClock};
+
+/// When the answer started and when its first token went out (Ollama reports both).
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub started: Instant,
+    pub first_token: Option<Instant>,
+}
+
+/// How a streamed answer ended well.
+pub struct End<'a> {
+    pub finish: FinishReason,
+    pub usage: Usage,
+    /// The assistant's sources (`None` for passthrough models).
+    pub sources: Option<&'a [Source]>,
+    pub timing: Timing,
+}
+
+/// A dialect's rendering of the pipeline's events into the pieces its stream carries
+/// (bytes of SSE or NDJSON over HTTP, messages over gRPC).
+pub trait Render: Send + 'static {
+    type Piece: Send + 'static;
+    /// What a stream starts with, before any event.
+    fn opening(&mut self) -> Option<Self::Piece> {
+        None
+    }
+    fn delta(&mut self, text: &str) -> Self::Piece;
+    fn tool_calls(&mut self, calls: &[ToolCall]) -> Self::Piece;
+    /// The end of a stream that went well.
+    fn end(&mut self, end: End<'_>) -> Self::Piece;
+    /// An error after the stream started, in the dialect's in-stream shape.
+    fn error(&mut self, e: &GatewayError) -> Self::Piece;
+}
+
+/// The start of every chat answer: the turn's bounds, a stream slot for a streamed
+/// answer (held by `log` while the answer lives), then the pipeline. `gate` is the
+/// caller's stream slots, when they are limited.
+pub async fn start(
+    state: &AppState,
+    gate: Option<&StreamGate>,
+    owner: &Owner,
+    log: &mut ChatLog,
+    turn: ChatTurn,
+    stream: bool,
+) -> Result<EventStream, GatewayError> {
+    check_limits(&state.settings.server, &turn)?;
+    if stream {
+        if let Some(gate) = gate {
+            log.stream_slot = Some(gate.claim()?);
+        }
+    }
+    state
+        .pipeline
+        .run_timed(turn, owner, log.upstream.clone())
+        .await
+}
+
+/// A whole answer: the events collected; `log` learns how it ended.
+pub async fn collect(events: EventStream, log: &mut ChatLog) -> Result<Answer, GatewayError> {
+    match pipeline::collect(events).await {
+        Ok(answer) => {
+            log.done(answer.usage);
+            Ok(answer)
+        }
+        Err(e) => {
+            log.failed(&e, false);
+            Err(e)
+        }
+    }
+}
+
+/// Pipeline events as the dialect renders them; an error mid-stream is the dialect's
+/// error event, then the end.
+fn rendered<R: Render>(
+    mut events: EventStream,
+    mut render: R,
+    mut log: ChatLog,
+) -> impl futures::Stream<Item = R::Piece> + Send {
+    async_stream::stream! {
+        if let Some(opening) = render.opening() {
+            yield opening;
+        }
+        let mut sources = None;
+        while let Some(event) = events.next().await {
+            match event {
+                Event::Sources(s) => sources = Some(s),
+                Event::Delta(text) => {
+                    log.delta();
+                    yield render.delta(&text);
+                }
+                Event::ToolCalls(calls) => {
+                    log.delta();
+                    yield render.tool_calls(&calls);
+                }
+                Event::Done { finish, usage } => {
+                    log.done(usage);
+                    yield render.end(End {
+                        finish,
+                        usage,
+                        sources: sources.as_deref(),
+                        timing: log.timing(),
+                    });
+                    return;
+                }
+                Event::Error(e) => {
+                    log.failed(&e, true);
+                    yield render.error(&e);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+type Rendering<T> = std::pin::Pin<Box<dyn futures::Stream<Item = T> + Send>>;
+
+/// A streamed answer the client must keep taking. The server takes a piece from the body
+/// only when it can write it; a piece that waits longer than `write_timeout` to be taken
+/// means the client stopped reading (its buffers are full). A watchdog then drops the
+/// answer, as for a client that went away: the upstream request is cancelled, what was
+/// streamed is saved to the session, the stream slot and the session are freed.
+pub struct Watched<T> {
+    slot: Arc<std::sync::Mutex<WatchedSlot<T>>>,
+}
+
+struct WatchedSlot<T> {
+    /// `None` once the answer ended, or was dropped by the watchdog.
+    rendering: Option<Rendering<T>>,
+    /// When the last piece was handed over and not yet followed by another poll.
+    handed: Option<Instant>,
+}
+
+impl<T: Send + 'static> Watched<T> {
+    fn new(rendering: Rendering<T>, write_timeout: Duration, too_slow: Arc<AtomicBool>) -> Self {
+        let slot = Arc::new(std::sync::Mutex::new(WatchedSlot {
+            rendering: Some(rendering),
+            handed: None,
+        }));
+        let watched = Arc::downgrade(&slot);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(write_timeout / 4);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(slot) = watched.upgrade() else {
+                    return;
+                };
+                let dropped = {
+                    let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+                    match slot.handed {
+                        _ if slot.rendering.is_none() => return,
+                        Some(at) if at.elapsed() > write_timeout => {
+                            too_slow.store(true, Ordering::Relaxed);
+                            slot.rendering.take()
+                        }
+                        _ => None,
+                    }
+                };
+                if dropped.is_some() {
+                    tracing::warn!(
+                        write_timeout_secs = write_timeout.as_secs(),
+                        "the client took nothing for the write timeout: stream ended"
+                    );
+                    // Dropped here, outside the lock: the answer's own cleanup runs now.
+                    drop(dropped);
+                    return;
+                }
+            }
+        });
+        Self { slot }
+    }
+}
+
+impl<T> futures::Stream for Watched<T> {
+    type Item = T;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<T>> {
+        use std::task::Poll;
+        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        slot.handed = None;
+        let Some(rendering) = slot.rendering.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match rendering.as_mut().poll_next(cx) {
+            Poll::Ready(Some(bytes)) => {
+                slot.handed = Some(Instant::now());
+                Poll::Ready(Some(bytes))
+            }
+            Poll::Ready(None) => {
+                slot.rendering = None;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// The streamed answer, rendered piece by piece, watched for a client that stopped
+/// reading (`server.write_timeout`); `log` is written when it ends.
+pub fn stream<R: Render>(
+    events: EventStream,
+    render: R,
+    mut log: ChatLog,
+    write_timeout: Duration,
+) -> Watched<R::Piece> {
+    let too_slow = Arc::new(AtomicBool::new(false));
+    log.too_slow = Some(too_slow.clone());
+    Watched::new(
+        Box::pin(rendered(events, render, log)),
+        write_timeout,
+        too_slow,
+    )
+}
+
+/// The log line and metrics of one chat request, written when it is dropped: when the
+/// answer ended, failed, or the client went away. Never holds message content.
+pub struct ChatLog {
+    request_id: String,
+    dialect: &'static str,
+    route: &'static str,
+    model: String,
+    stream: bool,
+    started: Instant,
+    status: u16,
+    first_token: Option<Instant>,
+    deltas: u64,
+    usage: Option<Usage>,
+    outcome: &'static str,
+    /// The error's code (never its message, which may quote the upstream).
+    error: Option<&'static str>,
+    /// The caller's stream slot, held while the streamed answer lives.
+    stream_slot: Option<StreamSlot>,
+    /// Time spent waiting on the upstream model (the rest is the gateway's).
+    upstream: Arc<UpstreamClock>,
+    /// The kind of upstream failure that ended the request.
+    upstream_error: Option<&'static str>,
+    /// Which model names are served (the metric label of any other is `other`).
+    pipeline: Arc<Pipeline>,
+    /// Set when the stream was dropped because its client stopped reading.
+    too_slow: Option<Arc<AtomicBool>>,
+}
+
+/// Longest model name a log line shows (a client may send any string).
+const LOGGED_MODEL_CHARS: usize = 64;
+
+impl ChatLog {
+    /// The log of a request that `request_id` names in the logs, arrived over
+    /// `dialect` on `route`.
+    pub fn new(
+        request_id: String,
+        dialect: &'static str,
+        route: &'static str,
+        pipeline: Arc<Pipeline>,
+    ) -> Self {
+        Self {
+            request_id,
+            dialect,
+            route,
+            model: String::new(),
+            stream: false,
+            started: Instant::now(),
+            status: 200,
+            first_token: None,
+            deltas: 0,
+            usage: None,
+            // Still "client_disconnected" if the stream is dropped before it ends.
+            outcome: "client_disconnected",
+            error: None,
+            stream_slot: None,
+            upstream: Arc::default(),
+            upstream_error: None,
+            pipeline,
+            too_slow: None,
+        }
+    }
+
+    pub fn request(&mut self, model: &str, stream: bool) {
+        self.model = model.to_string();
+        self.stream = stream;
+    }
+
+    pub fn delta(&mut self) {
+        self.deltas += 1;
+        if self.first_token.is_none() {
+            self.first_token = Some(Instant::now());
+        }
+    }
+
+    pub fn timing(&self) -> Timing {
+        Timing {
+            started: self.started,
+            first_token: self.first_token,
+        }
+    }
+
+    pub fn done(&mut self, usage: Usage) {
+        self.usage = Some(usage);
+        self.outcome = "completed";
+        // A whole answer reaches the client at once: its first token comes with it.
+        if !self.stream && self.first_token.is_none() {
+            self.first_token = Some(Instant::now());
+        }
+    }
+
+    pub fn failed(&mut self, e: &GatewayError, in_stream: bool) {
+        if !in_stream {
+            self.status = e.status.as_u16();
+        }
+        self.outcome = if in_stream { "stream_error" } else { "error" };
+        self.error = Some(e.code.unwrap_or(e.kind));
+        self.upstream_error = e.upstream.as_ref().and_then(telemetry::upstream_error_kind);
+    }
+}
+
+impl Drop for ChatLog {
+    fn drop(&mut self) {
+        if self
+            .too_slow
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+        {
+            self.outcome = "client_too_slow";
+        }
+        let total = self.started.elapsed();
+        let ttft = self.first_token.map(|t| t - self.started);
+        let label = self.pipeline.model_label(&self.model);
+        telemetry::ChatRequest {
+            route: self.route,
+            model: &label,
+            status: self.status,
+            total,
+            ttft,
+            upstream: self.upstream.total(),
+            tokens: match (self.usage, self.deltas) {
+                (Some(u), _) => Some(u.completion_tokens),
+                (None, 0) => None,
+                (None, deltas) => Some(deltas),
+            },
+            upstream_error: self.upstream_error,
+        }
+        .record();
+        let ttft_ms = ttft.map(|t| t.as_secs_f64() * 1e3);
+        tracing::info!(
+            request_id = self.request_id,
+            dialect = self.dialect,
+            route = self.route,
+            model = truncate_chars(&self.model, LOGGED_MODEL_CHARS),
+            stream = self.stream,
+            status = self.status,
+            outcome = self.outcome,
+            latency_ms = total.as_secs_f64() * 1e3,
+            ttft_ms,
+            deltas = self.deltas,
+            completion_tokens = self.usage.map(|u| u.completion_tokens),
+            prompt_tokens = self.usage.map(|u| u.prompt_tokens),
+            error = self.error,
+            "chat request"
+        );
+    }
+}
