@@ -6,6 +6,8 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY .cargo ./.cargo
+COPY build.rs ./
+COPY proto ./proto
 COPY src ./src
 COPY config ./config
 COPY benches ./benches
@@ -25,8 +27,9 @@ COPY config /etc/assist-gateway
 USER assist
 WORKDIR /var/lib/assist-gateway
 ENV ASSIST__SERVER__ADDR=0.0.0.0:8080 \
+    ASSIST__GRPC__ADDR=0.0.0.0:50051 \
     ASSIST__DATA_DIR=/var/lib/assist-gateway/data
-EXPOSE 8080
+EXPOSE 8080 50051
 HEALTHCHECK --interval=30s --timeout=3s --start-period=5s --retries=3 \
   CMD curl -fsS http://127.0.0.1:8080/health || exit 1
 ENTRYPOINT ["assist-gateway"]
