@@ -11,6 +11,17 @@
 //! assistant turns with editor context and a session id and reads the gateway's own JSON
 //! stage logs to report each stage's time before the first token.
 //!
+//! gRPC beside HTTP, on the same gateway and the same scripted answers: for `brunix`,
+//! time to first token and completed streams per second of SSE (`POST
+//! /v1/chat/completions`, `stream: true`) against `AskAgentStream`, and whole answers per
+//! second of the non-streamed request against `AskAgent`, with the ratio gRPC / HTTP. The
+//! two protocols alternate (half the calls of one, all of the other, the other half of
+//! the first) so a noisy machine drifts on both alike. SSE goes over HTTP/1.1 keep-alive
+//! connections (one per stream in flight); every gRPC client task shares one tonic
+//! `Channel`, one HTTP/2 connection multiplexing all the streams. gRPC always has a
+//! session (an empty `session_id` is "default"), so both protocols send one per client
+//! task; the SSE rows without a session show what that costs.
+//!
 //! Environment: BENCH_REQUESTS (requests per scenario, default 2000), BENCH_TOKENS
 //! (tokens per answer, default 20).
 #![allow(
@@ -25,13 +36,17 @@ mod support;
 
 mod common;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use assist_gateway::grpc::pb::assistance_engine_client::AssistanceEngineClient;
+use assist_gateway::grpc::pb::AgentRequest;
 use common::{percentile, rss_kib, start_gateway, GatewayOptions, GatewayProcess, RssSampler};
 use serde_json::json;
 use support::{Reply, ScriptedUpstream, UPSTREAM_MODEL};
+use tonic::transport::Channel;
 
 struct Run {
     latencies_us: Vec<u64>,
@@ -107,6 +122,303 @@ async fn load(
         latencies_us,
         ttft_us,
         seconds: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// Microseconds to the first answer token and to the end of one call, or what went wrong.
+type Timed = Result<(u64, u64), String>;
+
+/// Calls of one kind: latencies of the completed ones, the failures, and the wall time.
+#[derive(Default)]
+struct Calls {
+    ttft_us: Vec<u64>,
+    latencies_us: Vec<u64>,
+    seconds: f64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+impl Calls {
+    fn ttft(&self, p: f64) -> f64 {
+        percentile(&self.ttft_us, p)
+    }
+
+    fn latency(&self, p: f64) -> f64 {
+        percentile(&self.latencies_us, p)
+    }
+
+    /// Completed calls per second.
+    fn per_second(&self) -> f64 {
+        self.latencies_us.len() as f64 / self.seconds
+    }
+
+    fn add(&mut self, other: Calls) {
+        self.ttft_us.extend(other.ttft_us);
+        self.latencies_us.extend(other.latencies_us);
+        self.seconds += other.seconds;
+        self.errors += other.errors;
+        self.first_error = self.first_error.take().or(other.first_error);
+    }
+}
+
+/// `total` calls from `concurrency` client tasks; `call(task)` makes one call.
+async fn drive<F, Fut>(total: u64, concurrency: u64, call: Arc<F>) -> Calls
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Timed> + Send + 'static,
+{
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for task in 0..concurrency {
+        let (call, next) = (call.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut calls = Calls::default();
+            while next.fetch_add(1, Ordering::Relaxed) < total {
+                match call(task).await {
+                    Ok((first, whole)) => {
+                        calls.ttft_us.push(first);
+                        calls.latencies_us.push(whole);
+                    }
+                    Err(e) => {
+                        calls.errors += 1;
+                        calls.first_error.get_or_insert(e);
+                    }
+                }
+            }
+            calls
+        }));
+    }
+    let mut all = Calls::default();
+    for t in tasks {
+        all.add(t.await.unwrap());
+    }
+    all.seconds = started.elapsed().as_secs_f64();
+    all
+}
+
+/// `total` calls of each kind, `a` and `b` alternating: half of `a`, all of `b` in two
+/// halves, the other half of `a`; after a warm-up of both.
+async fn alternate<FA, FutA, FB, FutB>(
+    total: u64,
+    concurrency: u64,
+    a: Arc<FA>,
+    b: Arc<FB>,
+) -> (Calls, Calls)
+where
+    FA: Fn(u64) -> FutA + Send + Sync + 'static,
+    FutA: Future<Output = Timed> + Send + 'static,
+    FB: Fn(u64) -> FutB + Send + Sync + 'static,
+    FutB: Future<Output = Timed> + Send + 'static,
+{
+    drive(concurrency * 4, concurrency, a.clone()).await;
+    drive(concurrency * 4, concurrency, b.clone()).await;
+    let half = total / 2;
+    let mut ra = drive(half, concurrency, a.clone()).await;
+    let mut rb = drive(half, concurrency, b.clone()).await;
+    rb.add(drive(total - half, concurrency, b).await);
+    ra.add(drive(total - half, concurrency, a).await);
+    (ra, rb)
+}
+
+/// One OpenAI chat request read to the end; it must be a 200 with the whole answer.
+async fn http_call(
+    client: &reqwest::Client,
+    url: &str,
+    body: &serde_json::Value,
+    last_token: &str,
+) -> Timed {
+    let t = Instant::now();
+    let mut r = client
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| format!("HTTP: {e}"))?;
+    let status = r.status();
+    let mut text = Vec::new();
+    let mut first = None;
+    while let Some(chunk) = r.chunk().await.map_err(|e| format!("HTTP body: {e}"))? {
+        text.extend_from_slice(&chunk);
+        if first.is_none() && text.windows(4).any(|w| w == b"tok0") {
+            first = Some(t.elapsed());
+        }
+    }
+    let whole = t.elapsed();
+    let text = String::from_utf8_lossy(&text);
+    match first {
+        Some(first) if status == 200 && text.contains(last_token) => {
+            Ok((first.as_micros() as u64, whole.as_micros() as u64))
+        }
+        _ => Err(format!("HTTP {status}: {:.300}", text)),
+    }
+}
+
+/// One `AskAgentStream` (`streamed`) or `AskAgent` call read to the end; it must end with
+/// a final message, without an `[ENG] Error:`, and hold the whole answer.
+async fn grpc_call(
+    mut client: AssistanceEngineClient<Channel>,
+    request: AgentRequest,
+    streamed: bool,
+    last_token: &str,
+) -> Timed {
+    let t = Instant::now();
+    let call = if streamed {
+        client.ask_agent_stream(request).await
+    } else {
+        client.ask_agent(request).await
+    };
+    let mut messages = call.map_err(|s| format!("gRPC status: {s}"))?.into_inner();
+    let (mut text, mut first, mut last_final) = (String::new(), None, false);
+    while let Some(m) = messages
+        .message()
+        .await
+        .map_err(|s| format!("gRPC status mid-stream: {s}"))?
+    {
+        text.push_str(&m.text);
+        if first.is_none() && text.contains("tok0") {
+            first = Some(t.elapsed());
+        }
+        last_final = m.is_final;
+    }
+    let whole = t.elapsed();
+    match first {
+        Some(first) if last_final && text.contains(last_token) && !text.contains("[ENG]") => {
+            Ok((first.as_micros() as u64, whole.as_micros() as u64))
+        }
+        _ => Err(format!(
+            "gRPC answer (final message: {last_final}): {:.300}",
+            text
+        )),
+    }
+}
+
+/// A ratio, or "-" when either side has nothing.
+fn ratio(grpc: f64, http: f64) -> String {
+    if grpc.is_finite() && http.is_finite() && http > 0.0 {
+        format!("{:.2}", grpc / http)
+    } else {
+        "-".into()
+    }
+}
+
+/// gRPC beside HTTP for `brunix`: streamed (TTFT, streams/s) and whole answers (req/s).
+async fn grpc_vs_http(
+    client: &reqwest::Client,
+    gateway: &GatewayProcess,
+    total: u64,
+    tokens: usize,
+) {
+    let addr = gateway
+        .grpc_addr
+        .clone()
+        .expect("the gateway logs the gRPC address it listens on (grpc_addr)");
+    // One channel: one HTTP/2 connection that every client task's calls share.
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let url = format!("{}/v1/chat/completions", gateway.url);
+    let last_token: Arc<str> = format!("tok{}", tokens.saturating_sub(1)).into();
+    const QUESTION: &str = "Explain Rust lifetimes briefly.";
+
+    // SSE / non-streamed HTTP; `session` names the client task's session, None = none.
+    let http = |stream: bool, session: Option<String>| {
+        let (client, url, last) = (client.clone(), url.clone(), last_token.clone());
+        Arc::new(move |task: u64| {
+            let mut body = json!({"model": "brunix", "stream": stream,
+                "messages": [{"role": "user", "content": QUESTION}]});
+            if let Some(s) = &session {
+                body["session_id"] = json!(format!("{s}-{task}"));
+            }
+            let (client, url, last) = (client.clone(), url.clone(), last.clone());
+            async move { http_call(&client, &url, &body, &last).await }
+        })
+    };
+    let grpc = |streamed: bool, session: String| {
+        let (client, last) = (
+            AssistanceEngineClient::new(channel.clone()),
+            last_token.clone(),
+        );
+        Arc::new(move |task: u64| {
+            let request = AgentRequest {
+                query: QUESTION.into(),
+                session_id: format!("{session}-{task}"),
+                ..Default::default()
+            };
+            let (client, last) = (client.clone(), last.clone());
+            async move { grpc_call(client, request, streamed, &last).await }
+        })
+    };
+
+    let concurrencies = [1u64, 10, 50];
+    let mut streamed = Vec::new();
+    let mut whole = Vec::new();
+    for conc in concurrencies {
+        let (sse, ask_stream) = alternate(
+            total,
+            conc,
+            http(true, Some(format!("sse-{conc}"))),
+            grpc(true, format!("grpc-stream-{conc}")),
+        )
+        .await;
+        // The same SSE without a session, as the overhead table's brunix rows send it.
+        let plain = drive(total, conc, http(true, None)).await;
+        streamed.push((conc, sse, ask_stream, plain));
+        let (post, ask) = alternate(
+            total,
+            conc,
+            http(false, Some(format!("http-{conc}"))),
+            grpc(false, format!("grpc-whole-{conc}")),
+        )
+        .await;
+        whole.push((conc, post, ask));
+    }
+
+    println!();
+    println!("gRPC beside HTTP, model brunix: {total} calls per cell, {tokens}-token answers; SSE over HTTP/1.1 keep-alive connections (one per stream in flight), gRPC over one shared tonic Channel (one HTTP/2 connection multiplexing every stream); both send a session_id per client task (gRPC always has a session); the protocols alternate in halves; ratio = gRPC / HTTP");
+    println!();
+    println!("| streamed | conc | SSE TTFT p50 ms | gRPC TTFT p50 ms | gRPC/SSE | SSE TTFT p99 ms | gRPC TTFT p99 ms | gRPC/SSE | SSE streams/s | gRPC streams/s | gRPC/SSE | SSE without session: TTFT p50 ms, streams/s |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut failures = Vec::new();
+    for (conc, sse, grpc, plain) in &streamed {
+        println!(
+            "| SSE vs AskAgentStream | {conc} | {:.3} | {:.3} | {} | {:.3} | {:.3} | {} | {:.0} | {:.0} | {} | {:.3}, {:.0} |",
+            sse.ttft(0.5), grpc.ttft(0.5), ratio(grpc.ttft(0.5), sse.ttft(0.5)),
+            sse.ttft(0.99), grpc.ttft(0.99), ratio(grpc.ttft(0.99), sse.ttft(0.99)),
+            sse.per_second(), grpc.per_second(), ratio(grpc.per_second(), sse.per_second()),
+            plain.ttft(0.5), plain.per_second(),
+        );
+        failures.extend([
+            ("SSE", conc, sse),
+            ("AskAgentStream", conc, grpc),
+            ("SSE without session", conc, plain),
+        ]);
+    }
+    println!();
+    println!("| whole answer | conc | HTTP p50 ms | gRPC p50 ms | gRPC/HTTP | HTTP p99 ms | gRPC p99 ms | gRPC/HTTP | HTTP req/s | gRPC req/s | gRPC/HTTP |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (conc, post, ask) in &whole {
+        println!(
+            "| non-streamed POST vs AskAgent | {conc} | {:.3} | {:.3} | {} | {:.3} | {:.3} | {} | {:.0} | {:.0} | {} |",
+            post.latency(0.5), ask.latency(0.5), ratio(ask.latency(0.5), post.latency(0.5)),
+            post.latency(0.99), ask.latency(0.99), ratio(ask.latency(0.99), post.latency(0.99)),
+            post.per_second(), ask.per_second(), ratio(ask.per_second(), post.per_second()),
+        );
+        failures.extend([("non-streamed POST", conc, post), ("AskAgent", conc, ask)]);
+    }
+    let failed: Vec<_> = failures.iter().filter(|(_, _, c)| c.errors > 0).collect();
+    if !failed.is_empty() {
+        println!();
+        for (kind, conc, c) in failed {
+            println!(
+                "FAILED: {kind} at concurrency {conc}: {} of {} calls, first: {}",
+                c.errors,
+                c.errors + c.latencies_us.len() as u64,
+                c.first_error.as_deref().unwrap_or("")
+            );
+        }
     }
 }
 
@@ -275,6 +587,7 @@ async fn bench() {
             }
         }
     }
+    grpc_vs_http(&client, &gateway, total, tokens).await;
     let peak = sampler.stop().await;
     stages(&client, &gateway, total.min(1000)).await;
     println!();

@@ -2,6 +2,10 @@
 //! release gateway started as its own process (optionally with `examples/knowledge`
 //! ingested), resident memory of a process tree, free ports, percentiles, env knobs.
 //!
+//! The gateway serves gRPC on a port the system picks (`grpc.addr = "127.0.0.1:0"`, so
+//! two benchmarks, or a benchmark and the tests, never fight over the default 50051); the
+//! bound address is read from its "assist-gateway listening" log line.
+//!
 //! A benchmark that uses this module also declares `mod support;` (the scripted upstream).
 #![allow(dead_code)]
 
@@ -277,6 +281,8 @@ pub struct GatewayProcess {
     pub url: String,
     /// The gateway's log (JSON lines).
     pub log: PathBuf,
+    /// host:port of its gRPC service (`brunix.AssistanceEngine`), when it serves one.
+    pub grpc_addr: Option<String>,
     _data: tempfile::TempDir,
 }
 
@@ -308,6 +314,8 @@ pub async fn start_gateway(upstream: &ScriptedUpstream, opts: &GatewayOptions) -
         .env("ASSIST__LOG__FORMAT", "json")
         .env("ASSIST__LOG__LEVEL", &opts.log_level)
         .env("ASSIST__SERVER__ADDR", format!("127.0.0.1:{port}"))
+        // A free port of the system's choosing (`opts.env` may set another, or "" = off).
+        .env("ASSIST__GRPC__ADDR", "127.0.0.1:0")
         .env("ASSIST__LLM__PROVIDER", "openai")
         .env("ASSIST__LLM__BASE_URL", format!("{}/v1", upstream.root()))
         .env("ASSIST__LLM__MODEL", UPSTREAM_MODEL)
@@ -325,10 +333,23 @@ pub async fn start_gateway(upstream: &ScriptedUpstream, opts: &GatewayOptions) -
     let mut proc_ = Proc::spawn("assist-gateway", &mut cmd);
     let url = format!("http://127.0.0.1:{port}");
     wait_ok(&format!("{url}/health"), 30, &mut proc_).await;
+    let grpc_addr = listening_field(&log, "grpc_addr");
     GatewayProcess {
         proc_,
         url,
         log,
+        grpc_addr,
         _data: data,
     }
+}
+
+/// A field of the gateway's "assist-gateway listening" JSON log line (written before it
+/// answers /health), e.g. `grpc_addr`; None when the line or the field is missing (a
+/// gateway logging below info, or one without gRPC).
+pub fn listening_field(log: &Path, field: &str) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|v| v["fields"]["message"] == "assist-gateway listening")
+        .and_then(|v| v["fields"][field].as_str().map(str::to_string))
 }

@@ -25,6 +25,7 @@ mod eval_answers;
 mod faults;
 mod fuzz_corpus;
 mod grpc;
+mod grpc_python;
 mod ingest_roots;
 mod knowledge;
 mod logs;
