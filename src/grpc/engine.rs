@@ -16,9 +16,13 @@
 //!   kept in the session.
 //! - `EvaluateRAG`: the answer evaluation; every failure of the evaluation itself is in
 //!   `status`, as the reference reports it.
+//!
+//! Keys and the per-minute limit are checked by [`Admission`], on the call's metadata
+//! before its message is read.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::ConnectInfo;
@@ -31,9 +35,9 @@ use super::pb::{self, AgentRequest, AgentResponse};
 use crate::error::GatewayError;
 use crate::llm::{GenParams, Input, Message, Role, ToolCall, UpstreamRequest};
 use crate::pipeline::ChatTurn;
-use crate::serve::access::{Caller, StreamGate};
+use crate::serve::access::{Caller, Keys, Limits, StreamGate};
 use crate::serve::chat::{self, ChatLog, End, Render};
-use crate::serve::{evaluation, AppState};
+use crate::serve::{bounds, evaluation, AppState};
 use crate::sessions::Owner;
 use crate::telemetry;
 
@@ -53,28 +57,6 @@ impl Engine {
         Self { state }
     }
 
-    /// Who calls (the key in `authorization` metadata when keys are set, else the peer's
-    /// address), counted against its per-minute limit.
-    fn admit(&self, metadata: &MetadataMap, peer: Option<SocketAddr>) -> Result<Admitted, Status> {
-        let keys = &self.state.keys;
-        let caller = if keys.required() {
-            let header = metadata.get("authorization").and_then(|v| v.to_str().ok());
-            Caller::Key(keys.check(header).map_err(|e| status(&e))?)
-        } else {
-            peer.map_or(Caller::Unknown, |addr| Caller::Ip(addr.ip()))
-        };
-        let gate = match &self.state.limits {
-            None => None,
-            Some(limits) => limits.admit(&caller).map_err(|e| status(&e))?.gate,
-        };
-        // Sessions are the caller's own with keys; without, one namespace is shared.
-        let owner = match &caller {
-            Caller::Key(digest) => Owner::key(digest),
-            _ => Owner::shared(),
-        };
-        Ok(Admitted { owner, gate })
-    }
-
     /// Both ask methods: admit the caller, read the request, then answer as a stream of
     /// messages (token by token, or the whole answer as one).
     fn ask(
@@ -90,16 +72,8 @@ impl Engine {
             self.state.pipeline.clone(),
         );
         log.request(self.state.pipeline.assistant_model(), streamed);
-        let peer = request
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(addr)| *addr);
-        let admitted = match self.admit(request.metadata(), peer) {
-            Ok(a) => a,
-            Err(s) => {
-                log.failed(&gateway_error(&s), false);
-                return Err(s);
-            }
+        let Some(admitted) = request.extensions().get::<Admitted>().cloned() else {
+            return Err(Status::internal("the call was not admitted"));
         };
         let turn = match self.turn(request.into_inner()) {
             Ok(turn) => turn,
@@ -139,6 +113,9 @@ impl Engine {
                 Err(e) => yield failure(&e),
             }
         };
+        if !streamed {
+            return Ok(Box::pin(answers));
+        }
         let open = telemetry::ActiveStream::open();
         Ok(Box::pin(answers.map(move |answer| {
             let _open = &open;
@@ -166,6 +143,7 @@ impl Engine {
                 "query is empty: send the question in `query`",
             ));
         }
+        bounds::check_length(server, "query", req.query.chars().count())?;
         let mut user = json!({
             "editor_content": req.editor_content,
             "selected_text": req.selected_text,
@@ -195,9 +173,79 @@ impl Engine {
     }
 }
 
+/// A call past the key check and the per-minute limit: whose sessions it reaches and
+/// its caller's stream slots.
+#[derive(Clone)]
 struct Admitted {
     owner: Owner,
     gate: Option<StreamGate>,
+}
+
+/// The key check and the per-minute limit, on a call's metadata before its message is
+/// read: who calls (the key in `authorization` metadata when keys are set, else the
+/// peer's address). A refused call is logged and counted, never read.
+#[derive(Clone)]
+pub struct Admission {
+    keys: Arc<Keys>,
+    limits: Option<Arc<Limits>>,
+}
+
+impl Admission {
+    pub fn new(state: &AppState) -> Self {
+        Self {
+            keys: state.keys.clone(),
+            limits: state.limits.clone(),
+        }
+    }
+
+    fn admit(&self, request: &Request<()>) -> Result<Admitted, GatewayError> {
+        let caller = if self.keys.required() {
+            let header = request
+                .metadata()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok());
+            Caller::Key(self.keys.check(header)?)
+        } else {
+            request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map_or(Caller::Unknown, |ConnectInfo(addr)| Caller::Ip(addr.ip()))
+        };
+        let gate = match &self.limits {
+            None => None,
+            Some(limits) => limits.admit(&caller)?.gate,
+        };
+        // Sessions are the caller's own with keys; without, one namespace is shared.
+        let owner = match &caller {
+            Caller::Key(digest) => Owner::key(digest),
+            _ => Owner::shared(),
+        };
+        Ok(Admitted { owner, gate })
+    }
+}
+
+impl tonic::service::Interceptor for Admission {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let started = Instant::now();
+        match self.admit(&request) {
+            Ok(admitted) => {
+                request.extensions_mut().insert(admitted);
+                Ok(request)
+            }
+            Err(e) => {
+                let status = e.status.as_u16();
+                telemetry::request("grpc".into(), status, started.elapsed());
+                tracing::info!(
+                    request_id = request_id(request.metadata()),
+                    dialect = "grpc",
+                    status,
+                    error = e.code.unwrap_or(e.kind),
+                    "call refused"
+                );
+                Err(self::status(&e))
+            }
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -224,18 +272,6 @@ impl pb::assistance_engine_server::AssistanceEngine for Engine {
     ) -> Result<Response<pb::EvalResponse>, Status> {
         const ROUTE: &str = "/brunix.AssistanceEngine/EvaluateRAG";
         let started = Instant::now();
-        let peer = request
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(addr)| *addr);
-        if let Err(s) = self.admit(request.metadata(), peer) {
-            telemetry::request(
-                ROUTE.into(),
-                gateway_error(&s).status.as_u16(),
-                started.elapsed(),
-            );
-            return Err(s);
-        }
         let req = request.into_inner();
         let asked = evaluation::Asked {
             category: req.category,
@@ -366,15 +402,6 @@ fn status(e: &GatewayError) -> Status {
         }
     }
     status
-}
-
-/// The error a status stands for, for the request's log line.
-fn gateway_error(s: &Status) -> GatewayError {
-    match s.code() {
-        Code::Unauthenticated => GatewayError::unauthorized(s.message()),
-        Code::ResourceExhausted => GatewayError::rate_limited(s.message()),
-        _ => GatewayError::invalid("request", s.message()),
-    }
 }
 
 /// The request id a client sent (`x-request-id` metadata), else a new one.

@@ -4,15 +4,24 @@
 //! and chat flow, sessions, knowledge, keys, rate limits and metrics. A request is a
 //! dialect like any other: its parser makes a `ChatTurn`, its renderer makes messages.
 //!
-//! Only HTTP/2 is served here (plain or over TLS with the HTTP certificate), so a web
-//! page in a browser cannot send requests to it.
+//! Only HTTP/2 is served here (plain, or over TLS with the HTTP certificate and `h2` alone
+//! offered), and only gRPC requests without an `Origin` header are taken, so a web page
+//! in a browser cannot send requests to it. Keys and rate limits are checked on the
+//! request's headers, before its body is read; a body must keep arriving
+//! (`server.body_read_timeout_secs` between pieces).
 
 mod engine;
 mod health;
 
 use std::future::Future;
 
+use axum::extract::Request;
+use axum::http::header::{CONTENT_TYPE, ORIGIN};
+use axum::middleware::Next;
+use axum::response::Response;
+use futures::FutureExt;
 use tokio::net::TcpListener;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::serve::{listener, tls, AppState};
 
@@ -29,15 +38,26 @@ pub mod pb {
 /// The service name, as clients and health checks name it.
 pub const SERVICE: &str = "brunix.AssistanceEngine";
 
-/// Every gRPC service the gateway serves, as one router.
-pub fn router(state: AppState) -> Result<axum::Router, tonic_reflection::server::Error> {
-    let max_message = state.settings.server.max_body_bytes;
+/// Every gRPC service the gateway serves, as one router; `stopping` resolves when the
+/// server shuts down (health watches end then).
+pub fn router(
+    state: AppState,
+    stopping: impl Future<Output = ()> + Send + 'static,
+) -> Result<axum::Router, tonic_reflection::server::Error> {
+    let server = &state.settings.server;
+    let body_timeout = server.body_read_timeout;
     let engine = pb::assistance_engine_server::AssistanceEngineServer::new(engine::Engine::new(
         state.clone(),
     ))
-    // Twice the limit: a request over it gets INVALID_ARGUMENT naming the sizes.
-    .max_decoding_message_size(max_message.saturating_mul(2));
-    let health = tonic_health::pb::health_server::HealthServer::new(health::Health::new(state));
+    // Twice the limit: a request over it gets INVALID_ARGUMENT naming the sizes; beyond
+    // that it is not read at all.
+    .max_decoding_message_size(server.max_body_bytes.saturating_mul(2));
+    let engine = tonic::service::interceptor::InterceptedService::new(
+        engine,
+        engine::Admission::new(&state),
+    );
+    let health =
+        tonic_health::pb::health_server::HealthServer::new(health::Health::new(state, stopping));
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -51,7 +71,31 @@ pub fn router(state: AppState) -> Result<axum::Router, tonic_reflection::server:
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .prepare()
-        .into_axum_router())
+        .into_axum_router()
+        .layer(RequestBodyTimeoutLayer::new(body_timeout))
+        .layer(axum::middleware::from_fn(grpc_only)))
+}
+
+/// Only gRPC requests, and none from a web page (browsers send `Origin` with every
+/// cross-site request; gRPC clients never do).
+async fn grpc_only(req: Request, next: Next) -> Response {
+    if req.headers().contains_key(ORIGIN) {
+        return tonic::Status::permission_denied(
+            "requests from web pages are not served on the gRPC address",
+        )
+        .into_http();
+    }
+    let grpc = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/grpc"));
+    if !grpc {
+        let mut response = Response::new(axum::body::Body::empty());
+        *response.status_mut() = axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
+        return response;
+    }
+    next.run(req).await
 }
 
 /// Serves gRPC on `listener` until `shutdown` resolves, then lets open calls finish for
@@ -63,7 +107,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let server = &state.settings.server;
     let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
-    let tls = tls::acceptor(server).map_err(|e| invalid(e.to_string()))?;
+    let tls = tls::http2_acceptor(server).map_err(|e| invalid(e.to_string()))?;
     let options = listener::Options {
         tls,
         http2_only: true,
@@ -71,6 +115,8 @@ pub async fn serve(
         write_timeout: server.write_timeout,
         grace: server.shutdown_grace,
     };
-    let router = router(state).map_err(|e| invalid(format!("gRPC reflection: {e}")))?;
+    let shutdown = shutdown.shared();
+    let router =
+        router(state, shutdown.clone()).map_err(|e| invalid(format!("gRPC reflection: {e}")))?;
     listener::run(listener, router, options, shutdown).await
 }

@@ -10,9 +10,23 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::config::{ServerSettings, SettingsError};
 
-/// The TLS acceptor the settings ask for (`None`: plain HTTP). Errors name the key at
-/// fault, so a bad certificate or key stops the gateway at start-up.
+/// The TLS acceptor the settings ask for (`None`: plain HTTP), offering HTTP/2 and
+/// HTTP/1.1. Errors name the key at fault, so a bad certificate or key stops the gateway
+/// at start-up.
 pub fn acceptor(server: &ServerSettings) -> Result<Option<TlsAcceptor>, SettingsError> {
+    with_protocols(server, &[b"h2", b"http/1.1"])
+}
+
+/// Like [`acceptor`], offering HTTP/2 alone (gRPC).
+pub fn http2_acceptor(server: &ServerSettings) -> Result<Option<TlsAcceptor>, SettingsError> {
+    with_protocols(server, &[b"h2"])
+}
+
+/// The acceptor with `protocols` offered by ALPN, in order of preference.
+fn with_protocols(
+    server: &ServerSettings,
+    protocols: &[&[u8]],
+) -> Result<Option<TlsAcceptor>, SettingsError> {
     let (cert, key) = match (&server.tls_cert, &server.tls_key) {
         (None, None) => return Ok(None),
         (Some(cert), Some(key)) => (cert, key),
@@ -50,7 +64,6 @@ pub fn acceptor(server: &ServerSettings) -> Result<Option<TlsAcceptor>, Settings
                 format!("{key_shown} does not go with the certificate in {cert_shown}: {e}"),
             )
         })?;
-    // HTTP/2 first for clients that offer it; HTTP/1.1 for the rest.
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
     Ok(Some(TlsAcceptor::from(Arc::new(config))))
 }

@@ -815,3 +815,130 @@ async fn get_text(url: &str) -> (u16, String) {
     let r = client().get(url).send().await.unwrap();
     (r.status().as_u16(), r.text().await.unwrap())
 }
+
+/// A call whose message never comes: the request stream stays open.
+async fn call_without_message(
+    gw: &Gateway,
+    key: Option<&str>,
+) -> Result<Vec<AgentResponse>, Status> {
+    let mut grpc = tonic::client::Grpc::new(c_channel(gw).await);
+    grpc.ready().await.unwrap();
+    let path =
+        axum::http::uri::PathAndQuery::from_static("/brunix.AssistanceEngine/AskAgentStream");
+    let codec = tonic_prost::ProstCodec::<AgentRequest, AgentResponse>::default();
+    let never = futures::stream::pending::<AgentRequest>();
+    all(grpc.streaming(keyed(never, key), path, codec).await).await
+}
+
+#[tokio::test]
+async fn keys_and_limits_are_checked_before_the_message_is_read_and_bodies_must_arrive() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        s.server.api_keys = vec!["k1".into()];
+        s.server.body_read_timeout = Duration::from_secs(1);
+    })
+    .await;
+    // Without a key: refused on the headers, while the body is still open.
+    let refused = tokio::time::timeout(Duration::from_secs(5), call_without_message(&gw, None))
+        .await
+        .expect("refused at once, not after reading the message");
+    assert_eq!(refused.unwrap_err().code(), Code::Unauthenticated);
+    // With the key, a message that never comes ends the call after the body timeout.
+    let stalled = tokio::time::timeout(
+        Duration::from_secs(15),
+        call_without_message(&gw, Some("k1")),
+    )
+    .await
+    .expect("the call ended once the body stopped arriving");
+    assert!(stalled.is_err(), "{stalled:?}");
+    assert!(up.requests().is_empty());
+}
+
+#[tokio::test]
+async fn web_pages_and_other_content_types_are_refused() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
+    let url = format!(
+        "http://{}/brunix.AssistanceEngine/AskAgent",
+        gw.grpc_addr.unwrap()
+    );
+    // A gRPC frame: no compression, length 4, AgentRequest{query: "hi"}.
+    let frame = b"\0\0\0\0\x04\n\x02hi".to_vec();
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let from_page = h2
+        .post(&url)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("origin", "https://evil.example")
+        .body(frame.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        from_page
+            .headers()
+            .get("grpc-status")
+            .map(|v| v.to_str().unwrap()),
+        Some("7"),
+        "PERMISSION_DENIED: {from_page:?}"
+    );
+    let not_grpc = h2
+        .post(&url)
+        .header("content-type", "text/plain")
+        .body(frame)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(not_grpc.status(), 415);
+    assert!(up.requests().is_empty(), "nothing reached the upstream");
+}
+
+#[tokio::test]
+async fn health_checks_share_one_readiness_check_and_watches_end_at_shutdown() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        s.server.shutdown_grace = Duration::from_secs(30);
+    })
+    .await;
+    let channel = c_channel(&gw).await;
+    let before = up.listings();
+    let mut watches = Vec::new();
+    for _ in 0..20 {
+        let mut health = HealthClient::new(channel.clone());
+        let r = health.check(HealthCheckRequest::default()).await.unwrap();
+        assert_eq!(r.into_inner().status(), ServingStatus::Serving);
+        let mut watch = health
+            .watch(HealthCheckRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        let first = watch.message().await.unwrap().unwrap();
+        assert_eq!(first.status(), ServingStatus::Serving);
+        watches.push(watch);
+    }
+    let asked = up.listings() - before;
+    assert!(
+        (1..=2).contains(&asked),
+        "40 health calls asked the upstream {asked} times"
+    );
+    // Shutdown: each watch hears NOT_SERVING and ends; the server does not wait for them.
+    let stopped = std::time::Instant::now();
+    let task = gw.shutdown();
+    for watch in &mut watches {
+        let last = watch.message().await.unwrap().unwrap();
+        assert_eq!(last.status(), ServingStatus::NotServing);
+        assert!(watch.message().await.unwrap().is_none(), "the watch ended");
+    }
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the server stopped without waiting out the 30 s grace")
+        .unwrap()
+        .unwrap();
+    assert!(stopped.elapsed() < Duration::from_secs(10));
+}

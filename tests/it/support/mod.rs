@@ -102,6 +102,8 @@ struct Shared {
     window: Mutex<Option<Window>>,
     /// Texts counted by the tokenizer endpoint (kept apart from `requests`).
     tokenized: Mutex<Vec<String>>,
+    /// Model listings served (`/api/tags`, `/v1/models`).
+    listings: AtomicUsize,
 }
 
 /// A model window enforced as real servers do, with a tokenizer denser than the gateway's
@@ -255,6 +257,11 @@ impl ScriptedUpstream {
         self.shared.cancelled.load(Ordering::SeqCst)
     }
 
+    /// How many times the model list was asked for.
+    pub fn listings(&self) -> usize {
+        self.shared.listings.load(Ordering::SeqCst)
+    }
+
     pub fn completed(&self) -> usize {
         self.shared.completed.load(Ordering::SeqCst)
     }
@@ -329,6 +336,7 @@ fn served(shared: &Shared) -> Vec<String> {
 }
 
 async fn tags(State(shared): State<Arc<Shared>>) -> Response {
+    shared.listings.fetch_add(1, Ordering::SeqCst);
     let models: Vec<Value> = served(&shared)
         .iter()
         .map(|name| {
@@ -345,6 +353,7 @@ async fn tags(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 async fn models(State(shared): State<Arc<Shared>>) -> Response {
+    shared.listings.fetch_add(1, Ordering::SeqCst);
     let data: Vec<Value> = served(&shared)
         .iter()
         .map(|id| json!({"id": id, "object": "model", "created": 1700000000, "owned_by": "scripted"}))
