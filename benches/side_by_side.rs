@@ -1,11 +1,15 @@
-//! Side-by-side benchmark against LiteLLM: `benches/side-by-side.sh` (or `cargo bench --bench
-//! side_by_side` once `benches/litellm/requirements.txt` is installed).
+//! Side-by-side benchmark against nginx and LiteLLM: `benches/side-by-side.sh` (or `cargo
+//! bench --bench side_by_side` once `benches/litellm/requirements.txt` and Debian's
+//! `nginx-light` are installed; the script installs both).
 //!
 //! One scripted upstream (in this process, OpenAI SSE byte for byte) and the same client
-//! load against four targets, one after the other, each started just before its turn and
+//! load against five targets, one after the other, each started just before its turn and
 //! stopped after it:
 //!
 //! * `direct`: the scripted upstream itself (the baseline every "added" figure subtracts);
+//! * `nginx`: nginx as a plain streaming reverse proxy, the floor any proxy is held to: one
+//!   process (`master_process off`), generated config in a temp dir, `proxy_buffering off`,
+//!   HTTP/1.1 with a keep-alive pool to the upstream, access log off, error log at `warn`;
 //! * `litellm`: LiteLLM proxy (`litellm --config benches/litellm/config.yaml`), pass-through
 //!   `openai/up-model:latest` to the upstream, no database, logging off;
 //! * `gateway-passthrough`: the release gateway forwarding `up-model:latest` unchanged;
@@ -15,21 +19,41 @@
 //! Load is open-loop: request i is due at start + i / rate whatever happened to earlier
 //! ones, and its latency is counted from that due time, so a target that falls behind
 //! shows its queueing instead of slowing the client down (no coordinated omission).
+//! Throughput at a fixed concurrency is closed-loop on top of that: c clients, each
+//! sending its next request when its last answer is complete (req/s at c=32 non-streamed,
+//! streams/s at c=50 and c=200). After the table, every row against nginx's: throughput
+//! ratios and p50 differences.
 //! See the README section "Benchmark against LiteLLM" for what each column means.
 //!
+//! Pinning (BENCH_PIN=on, the default, when at least 2 CPUs are allowed): the target under
+//! test runs on the first allowed CPU, this process (load client and scripted upstream) on
+//! the others. The target is started as `taskset -c CPU program …` (taskset execs the
+//! program, so its pid is the target's, and every thread and worker process it starts
+//! inherits the mask). This process pins itself with `taskset -a -p -c CPUS <own pid>` as
+//! the first thing `main` does, before the tokio runtime exists: it has one thread then,
+//! and every thread started later (runtime workers, blocking pool) inherits the mask. That
+//! needs no re-exec (no argv or environment to carry over) and no unsafe
+//! `sched_setaffinity`. The runtimes size themselves from the mask
+//! (`available_parallelism`): one worker thread each on a 2-CPU machine.
+//!
 //! Environment (defaults in brackets):
-//! BENCH_TARGETS [direct,litellm,passthrough,brunix] which rows to run;
+//! BENCH_TARGETS [direct,nginx,litellm,passthrough,brunix] which rows to run;
+//! BENCH_PIN [on] / off: the target on one CPU, load client and upstream on the others;
 //! BENCH_SECS [5] seconds at each fixed rate (100 and 1,000 req/s, and the TTFT run);
 //! BENCH_STEP_SECS [2] seconds per step of the throughput ladder;
 //! BENCH_LADDER [25,50,100,150,200,300,400,600,800,1000,1500,2000,3000,4000,6000,8000,12000,16000];
 //! BENCH_P99_BOUNDS_MS [10,50,250] the p99 bounds of the throughput columns;
 //! BENCH_TTFT_RATE [100] stream requests per second for the TTFT run;
+//! BENCH_CONCURRENCY [32] clients of the closed-loop non-streamed run;
+//! BENCH_STREAM_CONCURRENCY [50,200] clients of the closed-loop streamed runs (BENCH_SECS
+//! each, after 0.5 s of ramp-up);
 //! BENCH_STREAMS [2000] slow streams opened at once; BENCH_HOLD_TOKENS [10] and
 //! BENCH_HOLD_DELAY_MS [500] their length; BENCH_TOKENS [20] tokens per answer otherwise;
 //! BENCH_TIMEOUT_SECS [10] per-request timeout; BENCH_MAX_INFLIGHT [4000] requests
 //! outstanding before the generator sheds (counted as failures);
 //! BENCH_LITELLM [~/.cache/assist-gateway/bench-venv/bin/litellm] the proxy's executable;
-//! BENCH_LITELLM_WORKERS [number of cores] its worker processes;
+//! BENCH_LITELLM_WORKERS [1 when pinned, else the number of cores] its worker processes;
+//! BENCH_NGINX [nginx on PATH, else /usr/sbin/nginx] nginx's executable;
 //! BENCH_GATEWAY_LOG [warn] the gateway's log level (LiteLLM's logging is off too).
 #![allow(
     clippy::unwrap_used,
@@ -45,14 +69,14 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use common::{
-    env_or, free_port, mib, percentile, rss_tree_kib, start_gateway, wait_ok, GatewayOptions,
-    GatewayProcess, Proc, RssSampler,
+    command_on, env_or, free_port, mib, percentile, rss_tree_kib, start_gateway_on, wait_ok,
+    GatewayOptions, GatewayProcess, Proc, RssSampler,
 };
 use serde_json::json;
 use support::{Reply, ScriptedUpstream, UPSTREAM_MODEL};
@@ -68,6 +92,8 @@ struct Knobs {
     ladder: Vec<f64>,
     bounds_ms: Vec<f64>,
     ttft_rate: f64,
+    concurrency: usize,
+    stream_concurrency: Vec<usize>,
     streams: u64,
     hold_tokens: usize,
     hold_delay: Duration,
@@ -76,7 +102,9 @@ struct Knobs {
     max_inflight: u64,
     litellm: PathBuf,
     litellm_workers: usize,
+    nginx: PathBuf,
     gateway_log: String,
+    pin: bool,
 }
 
 fn list<T: std::str::FromStr>(name: &str, default: &str) -> Vec<T> {
@@ -94,8 +122,13 @@ fn list<T: std::str::FromStr>(name: &str, default: &str) -> Vec<T> {
 impl Knobs {
     fn from_env() -> Self {
         let home = std::env::var("HOME").unwrap_or_default();
+        let pin = match env_or("BENCH_PIN", "on".to_string()).as_str() {
+            "on" | "1" | "true" | "yes" => true,
+            "off" | "0" | "false" | "no" => false,
+            other => panic!("BENCH_PIN={other:?}: on or off"),
+        };
         Self {
-            targets: list("BENCH_TARGETS", "direct,litellm,passthrough,brunix"),
+            targets: list("BENCH_TARGETS", "direct,nginx,litellm,passthrough,brunix"),
             secs: env_or("BENCH_SECS", 5.0),
             step_secs: env_or("BENCH_STEP_SECS", 2.0),
             ladder: list(
@@ -104,6 +137,8 @@ impl Knobs {
             ),
             bounds_ms: list("BENCH_P99_BOUNDS_MS", "10,50,250"),
             ttft_rate: env_or("BENCH_TTFT_RATE", 100.0),
+            concurrency: env_or("BENCH_CONCURRENCY", 32),
+            stream_concurrency: list("BENCH_STREAM_CONCURRENCY", "50,200"),
             streams: env_or("BENCH_STREAMS", 2000),
             hold_tokens: env_or("BENCH_HOLD_TOKENS", 10),
             hold_delay: Duration::from_millis(env_or("BENCH_HOLD_DELAY_MS", 500)),
@@ -116,12 +151,94 @@ impl Knobs {
                     "{home}/.cache/assist-gateway/bench-venv/bin/litellm"
                 )),
             ),
+            // One core to itself when pinned: one worker, as the gateway gets one core.
             litellm_workers: env_or(
                 "BENCH_LITELLM_WORKERS",
-                std::thread::available_parallelism().map_or(1, |n| n.get()),
+                if pin {
+                    1
+                } else {
+                    std::thread::available_parallelism().map_or(1, |n| n.get())
+                },
             ),
+            nginx: env_or("BENCH_NGINX", find_nginx()),
             gateway_log: env_or("BENCH_GATEWAY_LOG", "warn".to_string()),
+            pin,
         }
+    }
+}
+
+/// `nginx` on PATH (Debian puts it in /usr/sbin, often not on a user's PATH), else
+/// /usr/sbin/nginx.
+fn find_nginx() -> PathBuf {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("nginx"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("/usr/sbin/nginx"))
+}
+
+/// Where the target and the load run (CPU lists as taskset takes them).
+struct Pinning {
+    /// The target under test (nginx, the gateway, LiteLLM).
+    target: Option<String>,
+    /// For the table's header.
+    note: String,
+}
+
+/// The CPUs this process may run on (`Cpus_allowed_list`, e.g. "0-1" or "0,2-3").
+fn allowed_cpus() -> Vec<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let Some(list) = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+    else {
+        return Vec::new();
+    };
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (a.parse().unwrap(), b.parse().unwrap());
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.parse().unwrap()),
+        }
+    }
+    cpus
+}
+
+/// Pins this process to every allowed CPU but the first, which is left to the targets
+/// (see the module doc). Must run before any other thread is started.
+fn pin_self(knobs: &Knobs) -> Pinning {
+    let cpus = allowed_cpus();
+    let unpinned = |why: &str| Pinning {
+        target: None,
+        note: format!(
+            "not pinned ({why}): load client, scripted upstream and the target share the CPUs"
+        ),
+    };
+    if !knobs.pin {
+        return unpinned("BENCH_PIN=off");
+    }
+    if cpus.len() < 2 {
+        return unpinned(&format!("{} CPU allowed", cpus.len()));
+    }
+    let join = |c: &[u32]| c.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+    let (target, load) = (join(&cpus[..1]), join(&cpus[1..]));
+    let status = Command::new("taskset")
+        .args(["-a", "-p", "-c", &load, &std::process::id().to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("taskset (util-linux) to pin the load, or BENCH_PIN=off: {e}"));
+    assert!(status.success(), "taskset -a -p -c {load} failed: {status}");
+    let now = join(&allowed_cpus());
+    assert_eq!(now, load, "this process's CPUs after taskset");
+    Pinning {
+        note: format!(
+            "pinned with taskset: the target (nginx, gateway, LiteLLM) on CPU {target}, load client and scripted upstream on CPU {load} (the direct row has no target: client and upstream share CPU {load})"
+        ),
+        target: Some(target),
     }
 }
 
@@ -134,6 +251,11 @@ enum Server {
         /// Its working directory and logs, removed with it.
         _dir: tempfile::TempDir,
     },
+    Nginx {
+        proc_: Proc,
+        /// Its config, pid file, error log and temp paths, removed with it.
+        dir: tempfile::TempDir,
+    },
     Gateway(GatewayProcess),
 }
 
@@ -141,7 +263,7 @@ impl Server {
     fn pid(&self) -> Option<u32> {
         match self {
             Server::InProcess => None,
-            Server::LiteLlm { proc_, .. } => Some(proc_.pid()),
+            Server::LiteLlm { proc_, .. } | Server::Nginx { proc_, .. } => Some(proc_.pid()),
             Server::Gateway(g) => Some(g.pid()),
         }
     }
@@ -340,6 +462,89 @@ impl Runner<'_> {
         step
     }
 
+    /// Closed loop: `concurrency` clients, each sending its next request as soon as its
+    /// last answer is complete (or 10 ms after a failure), for 0.5 s of ramp-up and then
+    /// `secs` counted: whole answers per second over the counted part.
+    async fn closed_loop(
+        &self,
+        body: &Bytes,
+        stream: bool,
+        concurrency: usize,
+        secs: f64,
+    ) -> Closed {
+        let (client, url, knobs) = (self.client, self.url, self.knobs);
+        let done = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let first_error = Arc::new(Mutex::new(None::<String>));
+        let last_token = format!("tok{}", knobs.tokens - 1);
+        let tasks: Vec<_> = (0..concurrency)
+            .map(|_| {
+                let (client, url, body, last_token) = (
+                    client.clone(),
+                    url.to_string(),
+                    body.clone(),
+                    last_token.clone(),
+                );
+                let (done, failed, stop, first_error) = (
+                    done.clone(),
+                    failed.clone(),
+                    stop.clone(),
+                    first_error.clone(),
+                );
+                let timeout = knobs.timeout;
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let due = Instant::now();
+                        match one(
+                            &client,
+                            &url,
+                            body.clone(),
+                            stream,
+                            &last_token,
+                            due,
+                            timeout,
+                        )
+                        .await
+                        {
+                            Ok(_) => {
+                                done.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                first_error.lock().unwrap().get_or_insert(e);
+                                tokio::time::sleep(Duration::from_millis(10)).await;
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (done0, failed0, t0) = (
+            done.load(Ordering::Relaxed),
+            failed.load(Ordering::Relaxed),
+            Instant::now(),
+        );
+        tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+        let (done1, failed1, span) = (
+            done.load(Ordering::Relaxed),
+            failed.load(Ordering::Relaxed),
+            t0.elapsed().as_secs_f64(),
+        );
+        stop.store(true, Ordering::Relaxed);
+        for t in tasks {
+            t.await.expect("closed-loop client");
+        }
+        let first_error = first_error.lock().unwrap().take();
+        Closed {
+            concurrency,
+            rate: (done1 - done0) as f64 / span,
+            errors: failed1 - failed0,
+            first_error,
+        }
+    }
+
     /// A pause after a run. A target that fell behind may still be working through
     /// requests the client gave up on: then single probes until two in a row answer
     /// within a second (at most two minutes), so the next run does not measure a backlog.
@@ -380,6 +585,64 @@ impl Runner<'_> {
             }
         );
     }
+}
+
+/// A closed-loop run: whole answers per second at a fixed concurrency.
+struct Closed {
+    concurrency: usize,
+    rate: f64,
+    /// Failed requests in the counted part.
+    errors: u64,
+    first_error: Option<String>,
+}
+
+impl Closed {
+    fn summary(&self) -> String {
+        let mut s = format!("c={}: {:.0}/s", self.concurrency, self.rate);
+        if self.errors > 0 {
+            s += &format!(", {} failed", self.errors);
+        }
+        if let Some(e) = &self.first_error {
+            s += &format!(" (first error: {e})");
+        }
+        s
+    }
+
+    /// For `Runner::recover`: a run with failures may have left a backlog behind.
+    fn as_step(&self) -> Step {
+        Step {
+            errors: self.errors,
+            ..Default::default()
+        }
+    }
+
+    /// The rate, when every request of the counted part succeeded.
+    fn clean_rate(&self) -> Option<f64> {
+        (self.errors == 0 && self.rate > 0.0).then_some(self.rate)
+    }
+
+    fn cell(&self) -> String {
+        match self.clean_rate() {
+            Some(r) => thousands(r),
+            None => format!("{} ({} failed)", thousands(self.rate), self.errors),
+        }
+    }
+}
+
+/// 16840.4 → "16,840".
+fn thousands(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".to_string();
+    }
+    let digits = (v.round() as u64).to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Concurrent slow streams: how many are opened, held at once, and answered in full.
@@ -481,6 +744,10 @@ struct Row {
     at100: Step,
     at1000: Step,
     ttft: Step,
+    /// Closed loop, non-streamed, at BENCH_CONCURRENCY.
+    closed: Closed,
+    /// Closed loop, streamed, at each of BENCH_STREAM_CONCURRENCY.
+    streams: Vec<Closed>,
     held: Held,
     rss_idle_kib: Option<u64>,
     rss_load_kib: Option<u64>,
@@ -494,7 +761,7 @@ fn answer(tokens: usize, delay: Duration) -> Reply {
     }
 }
 
-async fn start_litellm(upstream: &ScriptedUpstream, knobs: &Knobs) -> Target {
+async fn start_litellm(upstream: &ScriptedUpstream, knobs: &Knobs, cpus: Option<&str>) -> Target {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     assert!(
         knobs.litellm.exists(),
@@ -504,7 +771,7 @@ async fn start_litellm(upstream: &ScriptedUpstream, knobs: &Knobs) -> Target {
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("litellm.log");
-    let mut cmd = Command::new(&knobs.litellm);
+    let mut cmd = command_on(cpus, &knobs.litellm);
     cmd.args(["--config"])
         .arg(here.join("benches/litellm/config.yaml"))
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
@@ -537,7 +804,99 @@ async fn start_litellm(upstream: &ScriptedUpstream, knobs: &Knobs) -> Target {
     }
 }
 
-async fn start_target(name: &str, upstream: &ScriptedUpstream, knobs: &Knobs) -> Target {
+/// nginx as a plain streaming reverse proxy in front of the upstream: one process
+/// (`master_process off`: the worker's event loop without a master, no user switch),
+/// generated config, pid file, error log (`warn`) and temp paths in a temp dir.
+async fn start_nginx(upstream: &ScriptedUpstream, knobs: &Knobs, cpus: Option<&str>) -> Target {
+    assert!(
+        knobs.nginx.exists(),
+        "no nginx at {}: run benches/side-by-side.sh (it installs Debian's nginx-light), or set BENCH_NGINX",
+        knobs.nginx.display()
+    );
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    // Temp paths of the modules this build has (nginx-light leaves some out); nginx
+    // creates them at start, and the compiled-in ones are not writable without root.
+    let built = nginx_version(&knobs.nginx);
+    let temp_paths: String = ["client_body", "proxy", "fastcgi", "uwsgi", "scgi"]
+        .iter()
+        .filter(|m| !built.contains(&format!("--without-http_{m}_module")))
+        .map(|m| format!("    {m}_temp_path {d}/{m};\n"))
+        .collect();
+    // Two connections per request in flight (client and upstream side), and some spare.
+    let connections = 2 * knobs.streams.max(knobs.max_inflight) + 1024;
+    let config = format!(
+        r#"daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{
+    worker_connections {connections};
+}}
+http {{
+    access_log off;
+{temp_paths}    keepalive_requests 1000000;
+    upstream scripted {{
+        server {upstream};
+        keepalive 1024;
+        keepalive_requests 1000000;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://scripted;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }}
+    }}
+}}
+"#,
+        upstream = upstream.addr,
+    );
+    let conf = dir.path().join("nginx.conf");
+    std::fs::write(&conf, config).unwrap();
+    let mut cmd = command_on(cpus, &knobs.nginx);
+    // -e: the error log before the config is read (the compiled-in one is /var/log/nginx).
+    cmd.arg("-p")
+        .arg(format!("{d}/"))
+        .arg("-e")
+        .arg(dir.path().join("error.log"))
+        .arg("-c")
+        .arg(&conf)
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(dir.path().join("nginx.out")).unwrap())
+        .stderr(std::fs::File::create(dir.path().join("nginx.err")).unwrap());
+    let mut proc_ = Proc::spawn("nginx", &mut cmd);
+    let url = format!("http://127.0.0.1:{port}");
+    // Through nginx to the upstream: proxying works, not only the listener.
+    wait_ok(&format!("{url}/v1/models"), 30, &mut proc_).await;
+    Target {
+        name: "nginx",
+        url: format!("{url}/v1/chat/completions"),
+        model: UPSTREAM_MODEL.to_string(),
+        server: Server::Nginx { proc_, dir },
+    }
+}
+
+/// `nginx -V`: version and configure arguments (printed on stderr).
+fn nginx_version(nginx: &Path) -> String {
+    let out = Command::new(nginx)
+        .arg("-V")
+        .output()
+        .unwrap_or_else(|e| panic!("{} -V: {e}", nginx.display()));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+async fn start_target(
+    name: &str,
+    upstream: &ScriptedUpstream,
+    knobs: &Knobs,
+    cpus: Option<&str>,
+) -> Target {
     let gateway = |passthrough: bool| GatewayOptions {
         passthrough,
         knowledge: !passthrough,
@@ -551,9 +910,10 @@ async fn start_target(name: &str, upstream: &ScriptedUpstream, knobs: &Knobs) ->
             model: UPSTREAM_MODEL.to_string(),
             server: Server::InProcess,
         },
-        "litellm" => start_litellm(upstream, knobs).await,
+        "nginx" => start_nginx(upstream, knobs, cpus).await,
+        "litellm" => start_litellm(upstream, knobs, cpus).await,
         "passthrough" => {
-            let g = start_gateway(upstream, &gateway(true)).await;
+            let g = start_gateway_on(upstream, &gateway(true), cpus).await;
             Target {
                 name: "gateway passthrough",
                 url: format!("{}/v1/chat/completions", g.url),
@@ -562,7 +922,7 @@ async fn start_target(name: &str, upstream: &ScriptedUpstream, knobs: &Knobs) ->
             }
         }
         "brunix" => {
-            let g = start_gateway(upstream, &gateway(false)).await;
+            let g = start_gateway_on(upstream, &gateway(false), cpus).await;
             Target {
                 name: "gateway brunix",
                 url: format!("{}/v1/chat/completions", g.url),
@@ -571,7 +931,7 @@ async fn start_target(name: &str, upstream: &ScriptedUpstream, knobs: &Knobs) ->
             }
         }
         other => {
-            panic!("BENCH_TARGETS: unknown target {other:?} (direct, litellm, passthrough, brunix)")
+            panic!("BENCH_TARGETS: unknown target {other:?} (direct, nginx, litellm, passthrough, brunix)")
         }
     }
 }
@@ -640,6 +1000,21 @@ async fn measure(
     upstream.clear_requests();
     run.recover(&plain, &at1000).await;
 
+    let closed = run
+        .closed_loop(&plain, false, knobs.concurrency, knobs.secs)
+        .await;
+    eprintln!("{name}: closed loop, non-streamed, {}", closed.summary());
+    upstream.clear_requests();
+    run.recover(&plain, &closed.as_step()).await;
+    let mut streams = Vec::new();
+    for &c in &knobs.stream_concurrency {
+        let s = run.closed_loop(&streamed, true, c, knobs.secs).await;
+        eprintln!("{name}: closed loop, streams, {}", s.summary());
+        upstream.clear_requests();
+        run.recover(&plain, &s.as_step()).await;
+        streams.push(s);
+    }
+
     // Up the ladder until a step is missed or its p99 exceeds the largest bound (such a
     // step is tried once more, so one stray stall does not end the ladder).
     let max_bound = knobs.bounds_ms.iter().cloned().fold(0.0, f64::max);
@@ -688,6 +1063,8 @@ async fn measure(
         at100,
         at1000,
         ttft,
+        closed,
+        streams,
         held,
         rss_idle_kib,
         rss_load_kib,
@@ -739,15 +1116,20 @@ fn latency_cell(step: &Step, base: Option<&Step>, is_base: bool, ttft: bool) -> 
 }
 
 fn main() {
+    let knobs = Knobs::from_env();
+    // The machine's size, before pinning narrows what this process sees.
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    // Before the runtime: its threads inherit the mask (see the module doc).
+    let pinning = pin_self(&knobs);
+    eprintln!("bench: {}", pinning.note);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(bench());
+    runtime.block_on(bench(knobs, pinning, cores));
 }
 
-async fn bench() {
-    let knobs = Knobs::from_env();
+async fn bench(knobs: Knobs, pinning: Pinning, cores: usize) {
     common::kill_children_on_signal();
     let upstream = ScriptedUpstream::start().await;
     let client = reqwest::Client::builder()
@@ -762,13 +1144,22 @@ async fn bench() {
     let mut rows = Vec::new();
     for name in &knobs.targets {
         let t = std::time::Instant::now();
-        let target = start_target(name, &upstream, &knobs).await;
+        let target = start_target(name, &upstream, &knobs, pinning.target.as_deref()).await;
         eprintln!(
             "{}: started in {:.1} s",
             target.name,
             t.elapsed().as_secs_f64()
         );
         rows.push(measure(&client, &upstream, &target, &knobs).await);
+        if let Server::Nginx { dir, .. } = &target.server {
+            let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
+            if let Some(first) = log.lines().next() {
+                eprintln!(
+                    "nginx: {} lines in its error log; the first: {first}",
+                    log.lines().count()
+                );
+            }
+        }
         drop(target);
         // Let the closed connections go before the next target.
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -776,11 +1167,22 @@ async fn bench() {
     let base = rows.iter().position(|r| r.name == "direct upstream");
 
     println!();
+    let nginx = knobs
+        .targets
+        .iter()
+        .any(|t| t == "nginx")
+        .then(|| nginx_version(&knobs.nginx))
+        .and_then(|v| {
+            v.lines()
+                .find_map(|l| l.strip_prefix("nginx version: nginx/"))
+                .map(|v| format!("nginx {v} (one process, buffering off, access log off); "))
+        })
+        .unwrap_or_default();
     println!(
-        "Side by side on 127.0.0.1: {} cores, {:.1} GiB; load client, scripted upstream and the proxy share them. \
-         {}-token answers; LiteLLM {} worker(s); gateway log level {}.",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "Side by side on 127.0.0.1: {cores} cores, {:.1} GiB; {}. \
+         {}-token answers; {nginx}LiteLLM {} worker(s); gateway log level {}.",
         mem_total_gib(),
+        pinning.note,
         knobs.tokens,
         knobs.litellm_workers,
         knobs.gateway_log,
@@ -794,15 +1196,25 @@ async fn bench() {
         .iter()
         .map(|b| format!("max req/s @ p99 ≤ {b} ms"))
         .collect();
+    let closed_heads: Vec<String> =
+        std::iter::once(format!("req/s, c={}, non-stream", knobs.concurrency))
+            .chain(
+                knobs
+                    .stream_concurrency
+                    .iter()
+                    .map(|c| format!("streams/s, c={c}")),
+            )
+            .collect();
     println!(
-        "| target | {} | added p50 / p99 @ 100 req/s | added p50 / p99 @ 1,000 req/s | added TTFT p50 / p99 (streams @ {} req/s) | streams open at once / served in full, of {} | RSS idle MiB | RSS load MiB |",
+        "| target | {} | {} | added p50 / p99 @ 100 req/s | added p50 / p99 @ 1,000 req/s | added TTFT p50 / p99 (streams @ {} req/s) | streams open at once / served in full, of {} | RSS idle MiB | RSS load MiB |",
         bounds.join(" | "),
+        closed_heads.join(" | "),
         knobs.ttft_rate,
         knobs.streams
     );
     println!(
         "|---|{}---:|---:|---:|---:|---:|---:|",
-        "---:|".repeat(bounds.len())
+        "---:|".repeat(bounds.len() + closed_heads.len())
     );
     for (i, row) in rows.iter().enumerate() {
         let base_row = base.filter(|b| *b != i).map(|b| &rows[b]);
@@ -823,10 +1235,15 @@ async fn bench() {
             })
             .collect();
         let rss = |v: Option<u64>| v.map_or("-".to_string(), |k| format!("{:.0}", mib(k)));
+        let closed: Vec<String> = std::iter::once(&row.closed)
+            .chain(&row.streams)
+            .map(Closed::cell)
+            .collect();
         println!(
-            "| {} | {} | {} | {} | {} | {} / {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} / {} | {} | {} |",
             row.name,
             maxes.join(" | "),
+            closed.join(" | "),
             latency_cell(&row.at100, base_row.map(|b| &b.at100), is_base, false),
             latency_cell(&row.at1000, base_row.map(|b| &b.at1000), is_base, false),
             latency_cell(&row.ttft, base_row.map(|b| &b.ttft), is_base, true),
@@ -836,6 +1253,7 @@ async fn bench() {
             rss(row.rss_load_kib),
         );
     }
+    print_against_nginx(&rows, &knobs, &closed_heads);
     println!();
     println!(
         "Total run: {:.0} s. Ladder: {} (each {} s); \"≥\" = the ladder's top step still met the bound.",
@@ -848,6 +1266,91 @@ async fn bench() {
             .join(", "),
         knobs.step_secs
     );
+}
+
+/// Every row against nginx's: throughput as a ratio, p50 at a fixed rate as a difference.
+fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[String]) {
+    let Some(floor) = rows.iter().find(|r| r.name == "nginx") else {
+        println!();
+        println!("No nginx row (BENCH_TARGETS): no ratios against it.");
+        return;
+    };
+    let bound = knobs.bounds_ms.iter().cloned().fold(0.0, f64::max);
+    let ratio = |v: Option<f64>, base: Option<f64>| match (v, base) {
+        (Some(v), Some(b)) => format!("{} ({:.2}×)", thousands(v), v / b),
+        (Some(v), None) => thousands(v),
+        (None, _) => "failures".to_string(),
+    };
+    // The ladder's top step met, as a number ("≥" is said in the cell).
+    let ladder = |row: &Row| -> (Option<f64>, bool) {
+        let ceiling = row
+            .ladder
+            .last()
+            .is_some_and(|s| s.reached() && s.p(0.99) <= bound);
+        (max_rate(row, bound), ceiling)
+    };
+    let p50_diff = |step: &Step, base: &Step| -> String {
+        if !step.reached() {
+            return format!("unreachable ({:.0} req/s achieved)", step.achieved);
+        }
+        if !base.reached() {
+            return format!("({:.2}; nginx's unreachable)", step.p(0.5));
+        }
+        format!("{:+.2}", step.p(0.5) - base.p(0.5))
+    };
+    println!();
+    println!(
+        "Against nginx: throughput and its ratio to nginx's (×); p50 latency minus nginx's at the same rate, ms (nginx row: its own p50, in brackets). \
+         Closed-loop columns: whole answers per second with c clients, each sending its next request when its answer is complete ({} s counted each). \
+         The ladder column is the open-loop \"max req/s @ p99 ≤ {bound} ms\" above.",
+        knobs.secs
+    );
+    println!();
+    println!(
+        "| target | {} | max req/s @ p99 ≤ {bound} ms (ladder) | p50 − nginx's @ 100 req/s | p50 − nginx's @ 1,000 req/s |",
+        closed_heads.join(" | ")
+    );
+    println!("|---|{}---:|---:|---:|", "---:|".repeat(closed_heads.len()));
+    let floor_closed: Vec<Option<f64>> = std::iter::once(&floor.closed)
+        .chain(&floor.streams)
+        .map(Closed::clean_rate)
+        .collect();
+    let (floor_ladder, _) = ladder(floor);
+    for row in rows {
+        let closed: Vec<String> = std::iter::once(&row.closed)
+            .chain(&row.streams)
+            .zip(&floor_closed)
+            .map(|(c, base)| ratio(c.clean_rate(), *base))
+            .collect();
+        let (max, ceiling) = ladder(row);
+        let ladder_cell = match max {
+            Some(_) => format!(
+                "{}{}",
+                if ceiling { "≥ " } else { "" },
+                ratio(max, floor_ladder)
+            ),
+            None => "none".to_string(),
+        };
+        let (at100, at1000) = if row.name == floor.name {
+            (
+                format!("({:.2})", row.at100.p(0.5)),
+                format!("({:.2})", row.at1000.p(0.5)),
+            )
+        } else {
+            (
+                p50_diff(&row.at100, &floor.at100),
+                p50_diff(&row.at1000, &floor.at1000),
+            )
+        };
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            row.name,
+            closed.join(" | "),
+            ladder_cell,
+            at100,
+            at1000
+        );
+    }
 }
 
 fn mem_total_gib() -> f64 {

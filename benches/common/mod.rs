@@ -293,6 +293,29 @@ impl GatewayProcess {
 }
 
 pub async fn start_gateway(upstream: &ScriptedUpstream, opts: &GatewayOptions) -> GatewayProcess {
+    start_gateway_on(upstream, opts, None).await
+}
+
+/// `program` as a command, run under `taskset -c cpus` when `cpus` is given: the process,
+/// and every thread and child it starts, stays on those CPUs (taskset execs the program,
+/// so the child's pid is the program's).
+pub fn command_on(cpus: Option<&str>, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    match cpus {
+        Some(cpus) => {
+            let mut cmd = Command::new("taskset");
+            cmd.args(["-c", cpus]).arg(program);
+            cmd
+        }
+        None => Command::new(program),
+    }
+}
+
+/// `start_gateway`, the server pinned to `cpus` (see `command_on`); ingest is not pinned.
+pub async fn start_gateway_on(
+    upstream: &ScriptedUpstream,
+    opts: &GatewayOptions,
+    cpus: Option<&str>,
+) -> GatewayProcess {
     let port = free_port();
     let data = tempfile::tempdir().unwrap();
     if opts.knowledge {
@@ -308,7 +331,7 @@ pub async fn start_gateway(upstream: &ScriptedUpstream, opts: &GatewayOptions) -
         assert!(ingested.success(), "ingest examples/knowledge");
     }
     let log = data.path().join("gateway.log");
-    let mut cmd = Command::new(gateway_binary());
+    let mut cmd = command_on(cpus, gateway_binary());
     cmd.arg("serve")
         .env("ASSIST__DATA_DIR", data.path())
         .env("ASSIST__LOG__FORMAT", "json")
