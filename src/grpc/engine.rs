@@ -57,8 +57,8 @@ impl Engine {
         Self { state }
     }
 
-    /// Both ask methods: admit the caller, read the request, then answer as a stream of
-    /// messages (token by token, or the whole answer as one).
+    /// Both ask methods: read the request of a caller [`Admission`] let through, then
+    /// answer as a stream of messages (token by token, or the whole answer as one).
     fn ask(
         &self,
         request: Request<AgentRequest>,
