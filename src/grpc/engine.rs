@@ -206,21 +206,21 @@ impl Admission {
                 .and_then(|v| v.to_str().ok());
             Caller::Key(self.keys.check(header)?)
         } else {
-            request
-                .extensions()
-                .get::<ConnectInfo<SocketAddr>>()
-                .map_or(Caller::Unknown, |ConnectInfo(addr)| Caller::Ip(addr.ip()))
+            Caller::at(
+                request
+                    .extensions()
+                    .get::<ConnectInfo<SocketAddr>>()
+                    .map(|ConnectInfo(addr)| *addr),
+            )
         };
         let gate = match &self.limits {
             None => None,
             Some(limits) => limits.admit(&caller)?.gate,
         };
-        // Sessions are the caller's own with keys; without, one namespace is shared.
-        let owner = match &caller {
-            Caller::Key(digest) => Owner::key(digest),
-            _ => Owner::shared(),
-        };
-        Ok(Admitted { owner, gate })
+        Ok(Admitted {
+            owner: caller.owner(),
+            gate,
+        })
     }
 }
 

@@ -108,13 +108,7 @@ pub async fn serve(
     let server = &state.settings.server;
     let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
     let tls = tls::http2_acceptor(server).map_err(|e| invalid(e.to_string()))?;
-    let options = listener::Options {
-        tls,
-        http2_only: true,
-        header_timeout: server.header_read_timeout,
-        write_timeout: server.write_timeout,
-        grace: server.shutdown_grace,
-    };
+    let options = listener::Options::new(server, tls, true);
     let shutdown = shutdown.shared();
     let router =
         router(state, shutdown.clone()).map_err(|e| invalid(format!("gRPC reflection: {e}")))?;

@@ -16,9 +16,11 @@ pub fn caller_of(req: &Request) -> Caller {
     if let Some(caller) = req.extensions().get::<Caller>() {
         return caller.clone();
     }
-    req.extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or(Caller::Unknown, |ConnectInfo(addr)| Caller::Ip(addr.ip()))
+    Caller::at(
+        req.extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| *addr),
+    )
 }
 
 /// Middleware: without keys configured, requests pass; with them, a request without an

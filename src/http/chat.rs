@@ -95,11 +95,8 @@ pub fn post<D: Dialect, R: HttpRender>(
             let parsed = body::read(&state.settings.server, body)
                 .await
                 .and_then(|b| parse(&b));
-            // Sessions are the caller's own with keys; without, one namespace is shared.
-            let owner = match caller {
-                Some(Extension(Caller::Key(digest))) => Owner::key(&digest),
-                _ => Owner::shared(),
-            };
+            // A key's own sessions; without keys, the one shared namespace.
+            let owner = caller.map_or_else(Owner::shared, |Extension(c)| c.owner());
             let gate = gate.map(|Extension(g)| g);
             match answer(&state, gate, &owner, log, parsed).await {
                 Ok(response) => response,

@@ -88,13 +88,7 @@ pub async fn serve(
     let server = &state.settings.server;
     let tls = tls::acceptor(server)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
-    let options = listener::Options {
-        tls,
-        http2_only: false,
-        header_timeout: server.header_read_timeout,
-        write_timeout: server.write_timeout,
-        grace: server.shutdown_grace,
-    };
+    let options = listener::Options::new(server, tls, false);
     let router = router(state);
     listener::run(listener, router, options, shutdown).await
 }

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +23,7 @@ use subtle::ConstantTimeEq;
 
 use crate::config::ServerSettings;
 use crate::error::GatewayError;
+use crate::sessions::Owner;
 
 /// The accepted keys, as digests.
 pub struct Keys {
@@ -76,6 +77,22 @@ pub enum Caller {
     Ip(IpAddr),
     /// Neither a key nor an address (a router served without connection info).
     Unknown,
+}
+
+impl Caller {
+    /// A caller known by its address (a gateway without keys), or by nothing.
+    pub fn at(peer: Option<SocketAddr>) -> Self {
+        peer.map_or(Caller::Unknown, |addr| Caller::Ip(addr.ip()))
+    }
+
+    /// Whose sessions the caller reaches: its key's own with keys; without, the one
+    /// namespace every caller shares.
+    pub fn owner(&self) -> Owner {
+        match self {
+            Caller::Key(digest) => Owner::key(digest),
+            _ => Owner::shared(),
+        }
+    }
 }
 
 impl fmt::Display for Caller {

@@ -38,6 +38,23 @@ pub struct Options {
     pub grace: Duration,
 }
 
+impl Options {
+    /// The options `server`'s settings give a listener (deadlines, grace), with `tls`.
+    pub fn new(
+        server: &crate::config::ServerSettings,
+        tls: Option<TlsAcceptor>,
+        http2_only: bool,
+    ) -> Self {
+        Self {
+            tls,
+            http2_only,
+            header_timeout: server.header_read_timeout,
+            write_timeout: server.write_timeout,
+            grace: server.shutdown_grace,
+        }
+    }
+}
+
 /// The connection builders: one that tells HTTP/1 from HTTP/2 by what the client sends
 /// (over TLS too, whatever ALPN chose), and one for HTTP/2 alone.
 struct Builders {
@@ -139,6 +156,21 @@ async fn connection(
             req
         },
     ));
+    // The connection, as HTTP/2 alone or as whatever the client speaks.
+    // (`serve_connection_with_upgrades` would ignore the builder's version.)
+    macro_rules! serve_on {
+        ($io:expr) => {{
+            let io = TokioIo::new($io);
+            if builders.http2_only {
+                watcher
+                    .watch(builders.http2.serve_connection(io, service))
+                    .await
+            } else {
+                let conn = builders.detect.serve_connection_with_upgrades(io, service);
+                watcher.watch(conn).await
+            }
+        }};
+    }
     let served = match tls {
         None => {
             // Until the first bytes tell HTTP/1 from HTTP/2, no header deadline runs.
@@ -149,16 +181,7 @@ async fn connection(
                 tracing::debug!(%remote, "connection closed: no request in time");
                 return;
             }
-            let io = TokioIo::new(WriteDeadline::new(tcp, write_timeout));
-            if builders.http2_only {
-                // (`serve_connection_with_upgrades` would ignore the builder's version.)
-                watcher
-                    .watch(builders.http2.serve_connection(io, service))
-                    .await
-            } else {
-                let conn = builders.detect.serve_connection_with_upgrades(io, service);
-                watcher.watch(conn).await
-            }
+            serve_on!(WriteDeadline::new(tcp, write_timeout))
         }
         Some(acceptor) => {
             let io = WriteDeadline::new(tcp, write_timeout);
@@ -173,15 +196,7 @@ async fn connection(
                     return;
                 }
             };
-            let io = TokioIo::new(stream);
-            if builders.http2_only {
-                watcher
-                    .watch(builders.http2.serve_connection(io, service))
-                    .await
-            } else {
-                let conn = builders.detect.serve_connection_with_upgrades(io, service);
-                watcher.watch(conn).await
-            }
+            serve_on!(stream)
         }
     };
     if let Err(e) = served {
