@@ -444,6 +444,27 @@ pub(crate) fn one_of_each(s: &mut Settings, dataset: &Path) {
 pub(crate) const FITS_ALL: &str =
     r#"{"statements": ["s"], "verdicts": [1], "questions": ["q?"], "noncommittal": 0}"#;
 
+/// A gateway over examples/knowledge whose evaluations run on `write_dataset`'s golden
+/// questions with one of each count, judged by `judge` (every judgement `FITS_ALL`);
+/// `tweak` sets the rest. The dataset lives as long as the returned folder.
+pub(crate) async fn judged_gateway(
+    up: &ScriptedUpstream,
+    judge: &ScriptedUpstream,
+    tweak: impl FnOnce(&mut Settings),
+) -> (Gateway, tempfile::TempDir) {
+    judge.set_default(Reply::tokens(&[FITS_ALL]));
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = write_dataset(dir.path());
+    let gw = Gateway::with_knowledge(up, Provider::Ollama, |s| {
+        one_of_each(s, &dataset);
+        s.judge.base_url = Some(judge.root());
+        s.judge.model = Some(UPSTREAM_MODEL.into());
+        tweak(s);
+    })
+    .await;
+    (gw, dir)
+}
+
 pub(crate) fn write_dataset(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("golden.jsonl");
     let lines = [
@@ -462,15 +483,7 @@ pub(crate) fn write_dataset(dir: &Path) -> std::path::PathBuf {
 async fn post_v1_eval_returns_the_reference_shape() {
     let up = ScriptedUpstream::start().await;
     let judge = ScriptedUpstream::start().await;
-    judge.set_default(Reply::tokens(&[FITS_ALL]));
-    let dir = tempfile::tempdir().unwrap();
-    let dataset = write_dataset(dir.path());
-    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
-        one_of_each(s, &dataset);
-        s.judge.base_url = Some(judge.root());
-        s.judge.model = Some(UPSTREAM_MODEL.into());
-    })
-    .await;
+    let (gw, _dataset) = judged_gateway(&up, &judge, |_| {}).await;
     let (status, _, body) = post(&gw.url("/v1/eval"), json!({"category": "database"})).await;
     assert_eq!(status, 200, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
@@ -531,13 +544,7 @@ async fn post_v1_eval_returns_the_reference_shape() {
 async fn post_v1_eval_needs_a_key_and_a_dataset() {
     let up = ScriptedUpstream::start().await;
     let judge = ScriptedUpstream::start().await;
-    judge.set_default(Reply::tokens(&[FITS_ALL]));
-    let dir = tempfile::tempdir().unwrap();
-    let dataset = write_dataset(dir.path());
-    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
-        one_of_each(s, &dataset);
-        s.judge.base_url = Some(judge.root());
-        s.judge.model = Some(UPSTREAM_MODEL.into());
+    let (gw, _dataset) = judged_gateway(&up, &judge, |s| {
         s.server.api_keys = vec!["k1".into()];
     })
     .await;
@@ -582,15 +589,7 @@ async fn a_second_evaluation_while_one_runs_gets_409() {
         finish: "stop",
     });
     let judge = ScriptedUpstream::start().await;
-    judge.set_default(Reply::tokens(&[FITS_ALL]));
-    let dir = tempfile::tempdir().unwrap();
-    let dataset = write_dataset(dir.path());
-    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
-        one_of_each(s, &dataset);
-        s.judge.base_url = Some(judge.root());
-        s.judge.model = Some(UPSTREAM_MODEL.into());
-    })
-    .await;
+    let (gw, _dataset) = judged_gateway(&up, &judge, |_| {}).await;
     let url = gw.url("/v1/eval");
     let first = tokio::spawn({
         let url = url.clone();
@@ -630,15 +629,7 @@ async fn an_evaluation_stops_when_its_client_leaves() {
         finish: "stop",
     });
     let judge = ScriptedUpstream::start().await;
-    judge.set_default(Reply::tokens(&[FITS_ALL]));
-    let dir = tempfile::tempdir().unwrap();
-    let dataset = write_dataset(dir.path());
-    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
-        one_of_each(s, &dataset);
-        s.judge.base_url = Some(judge.root());
-        s.judge.model = Some(UPSTREAM_MODEL.into());
-    })
-    .await;
+    let (gw, _dataset) = judged_gateway(&up, &judge, |_| {}).await;
     let url = gw.url("/v1/eval");
     let gone = client()
         .post(&url)

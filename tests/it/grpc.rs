@@ -443,14 +443,8 @@ async fn invalid_requests_are_invalid_argument_and_nothing_is_asked() {
 async fn keys_guard_every_method_but_health() {
     let up = ScriptedUpstream::start().await;
     let judge = ScriptedUpstream::start().await;
-    judge.set_default(Reply::tokens(&[crate::eval_answers::FITS_ALL]));
-    let dir = tempfile::tempdir().unwrap();
-    let dataset = crate::eval_answers::write_dataset(dir.path());
-    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
+    let (gw, _dataset) = crate::eval_answers::judged_gateway(&up, &judge, |s| {
         s.server.api_keys = vec!["k1".into()];
-        crate::eval_answers::one_of_each(s, &dataset);
-        s.judge.base_url = Some(judge.root());
-        s.judge.model = Some(UPSTREAM_MODEL.into());
     })
     .await;
     let mut c = engine(&gw).await;
@@ -570,15 +564,7 @@ async fn rate_limits_count_across_grpc_and_http() {
 async fn evaluate_rag_reports_like_the_reference() {
     let up = ScriptedUpstream::start().await;
     let judge = ScriptedUpstream::start().await;
-    judge.set_default(Reply::tokens(&[crate::eval_answers::FITS_ALL]));
-    let dir = tempfile::tempdir().unwrap();
-    let dataset = crate::eval_answers::write_dataset(dir.path());
-    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
-        crate::eval_answers::one_of_each(s, &dataset);
-        s.judge.base_url = Some(judge.root());
-        s.judge.model = Some(UPSTREAM_MODEL.into());
-    })
-    .await;
+    let (gw, _dataset) = crate::eval_answers::judged_gateway(&up, &judge, |_| {}).await;
     let mut c = engine(&gw).await;
     let long = "año ".repeat(100);
     up.push(Reply::tokens(&[&long]));

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use assist_gateway::config::Provider;
 
-use crate::eval_answers::{one_of_each, write_dataset, FITS_ALL};
+use crate::eval_answers::judged_gateway;
 use crate::support::*;
 
 /// The key of the second run (a test key, never a real one).
@@ -22,26 +22,13 @@ const ANSWER: &str = "Hello from upstream";
 
 #[tokio::test]
 async fn the_reference_python_grpc_client_runs_its_examples() {
-    let Ok(python) = std::env::var("ASSIST_PYTHON") else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run the Python client tests: use scripts/test.sh"
-        );
-        eprintln!(
-            "SKIPPED: ASSIST_PYTHON is not set; run scripts/test.sh to include the Python clients"
-        );
+    let Some(python) = python_for("the Python client tests") else {
         return;
     };
     for key in [None, Some(KEY)] {
         let up = ScriptedUpstream::start().await;
         let judge = ScriptedUpstream::start().await;
-        judge.set_default(Reply::tokens(&[FITS_ALL]));
-        let dir = tempfile::tempdir().unwrap();
-        let dataset = write_dataset(dir.path());
-        let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
-            one_of_each(s, &dataset);
-            s.judge.base_url = Some(judge.root());
-            s.judge.model = Some(UPSTREAM_MODEL.into());
+        let (gw, _dataset) = judged_gateway(&up, &judge, |s| {
             if let Some(key) = key {
                 s.server.api_keys = vec![key.into()];
             }
@@ -157,12 +144,7 @@ fn asked_with<'a>(chats: &'a [Recorded], question: &str) -> &'a Recorded {
 /// The README's grpcurl-style examples with `examples/grpc_call.py`, as written there.
 #[tokio::test]
 async fn the_readme_grpc_examples_run_as_written() {
-    let Ok(python) = std::env::var("ASSIST_PYTHON") else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run the Python client tests: use scripts/test.sh"
-        );
-        eprintln!("SKIPPED: ASSIST_PYTHON is not set; run scripts/test.sh");
+    let Some(python) = python_for("the Python client tests") else {
         return;
     };
     let up = ScriptedUpstream::start().await;

@@ -120,14 +120,7 @@ struct QdrantTestServer {
 impl QdrantTestServer {
     fn start() -> Option<Self> {
         use std::io::BufRead;
-        let Ok(python) = std::env::var("ASSIST_PYTHON") else {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI must run the Qdrant server tests: use scripts/test.sh"
-            );
-            eprintln!("SKIPPED: ASSIST_PYTHON is not set; run scripts/test.sh to include the Qdrant server tests");
-            return None;
-        };
+        let python = python_for("the Qdrant server tests")?;
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/qdrant_grpc_server.py");
         let mut child = std::process::Command::new(python)
             .args([script, "0"])

@@ -1242,6 +1242,20 @@ impl From<&str> for Payload {
 }
 
 /// The `assist-gateway` binary built with these tests.
+/// The python of the pinned virtualenv (`ASSIST_PYTHON`, set by `scripts/test.sh`), or
+/// `None` with a note that `what` was skipped; in CI its absence fails the test.
+pub fn python_for(what: &str) -> Option<String> {
+    if let Ok(python) = std::env::var("ASSIST_PYTHON") {
+        return Some(python);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must run {what}: use scripts/test.sh"
+    );
+    eprintln!("SKIPPED: ASSIST_PYTHON is not set; run scripts/test.sh to include {what}");
+    None
+}
+
 pub fn gateway_binary() -> std::path::PathBuf {
     if let Some(path) = option_env!("CARGO_BIN_EXE_assist-gateway") {
         return path.into();
