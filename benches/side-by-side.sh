@@ -21,6 +21,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cache="${ASSIST_CACHE:-$HOME/.cache/assist-gateway}"
+# The same cached build as scripts/test.sh.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/target}"
 venv="${BENCH_VENV:-$cache/bench-venv}"
 req="$here/benches/litellm/requirements.txt"
 # The same default as benches/side_by_side.rs.

@@ -76,8 +76,25 @@ impl Ndjson {
 impl Render for Ndjson {
     type Piece = Bytes;
 
+    /// A text line, written straight into its bytes (the same bytes `line` gives): the
+    /// hot path of every streamed answer.
     fn delta(&mut self, text: &str) -> Bytes {
-        line_bytes(&self.line(text, None, None))
+        let mut out = Vec::with_capacity(self.model.len() + text.len() + 128);
+        out.extend_from_slice(b"{\"model\":");
+        // Writing strings into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut out, &self.model);
+        out.extend_from_slice(b",\"created_at\":\"");
+        out.extend_from_slice(rfc3339_now().as_bytes());
+        match self.kind {
+            Kind::Chat => out.extend_from_slice(b"\",\"message\":{\"role\":\"assistant\",\"content\":"),
+            Kind::Generate => out.extend_from_slice(b"\",\"response\":"),
+        }
+        let _ = serde_json::to_writer(&mut out, text);
+        if self.kind == Kind::Chat {
+            out.push(b'}');
+        }
+        out.extend_from_slice(b",\"done\":false}\n");
+        Bytes::from(out)
     }
 
     fn tool_calls(&mut self, calls: &[ToolCall]) -> Bytes {
@@ -135,4 +152,26 @@ fn line_bytes(v: &Value) -> Bytes {
 /// RFC 3339 with nanoseconds, for Ollama's `created_at`.
 fn rfc3339_now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fast text line is the line the general path renders (its time aside).
+    #[test]
+    fn text_lines_are_the_general_lines() {
+        for kind in [Kind::Chat, Kind::Generate] {
+            let mut ndjson = Ndjson::new(kind, "m\"odel:ünï");
+            for text in ["Hello", "", " \"quoted\"\n\ttab \\ \u{1}", "naïve — 日本 🚀"] {
+                let fast: Value = serde_json::from_slice(&ndjson.delta(text)).unwrap();
+                let mut general = ndjson.line(text, None, None);
+                assert!(fast["created_at"].as_str().unwrap().ends_with('Z'));
+                general["created_at"] = fast["created_at"].clone();
+                let fast_text = serde_json::to_string(&fast).unwrap();
+                assert_eq!(fast_text, serde_json::to_string(&general).unwrap());
+                assert!(ndjson.delta(text).ends_with(b"}\n"));
+            }
+        }
+    }
 }
