@@ -228,6 +228,7 @@ async fn ask(
             params: GenParams::default(),
             tools: Vec::new(),
             tool_choice: None,
+            whole: false,
         },
         session_id: session,
         editor,

@@ -36,7 +36,7 @@ use crate::error::GatewayError;
 use crate::llm::{GenParams, Input, Message, Role, ToolCall, UpstreamRequest};
 use crate::pipeline::ChatTurn;
 use crate::serve::access::{Caller, Keys, Limits, StreamGate};
-use crate::serve::chat::{self, ChatLog, End, Render};
+use crate::serve::chat::{self, ChatLog, End, Piece, Render};
 use crate::serve::{bounds, evaluation, AppState};
 use crate::sessions::Owner;
 use crate::telemetry;
@@ -163,6 +163,7 @@ impl Engine {
             params: GenParams::default(),
             tools: Vec::new(),
             tool_choice: None,
+            whole: false,
         };
         Ok(ChatTurn::from_client(
             request,
@@ -332,6 +333,9 @@ fn evaluated(r: crate::eval::answers::EvalResponse) -> pb::EvalResponse {
 
 /// `AskAgentStream`'s messages: a token each, then the final one.
 struct Tokens;
+
+/// Each message goes as its own (tonic frames and writes them).
+impl Piece for AgentResponse {}
 
 impl Render for Tokens {
     type Piece = AgentResponse;

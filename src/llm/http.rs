@@ -95,7 +95,25 @@ impl Upstream {
     /// Sends and waits for the response headers, at most `first_byte_timeout`.
     /// A non-2xx status becomes an error carrying the upstream's own message.
     pub(crate) async fn send(&self, rb: RequestBuilder) -> Result<Response, UpstreamError> {
-        let response = match tokio::time::timeout(self.first_byte_timeout, rb.send()).await {
+        self.send_within(rb, Some(self.first_byte_timeout)).await
+    }
+
+    /// Sends a request for a whole answer, whose headers come when the answer is done:
+    /// no first-byte bound (the caller bounds the whole answer).
+    pub(crate) async fn send_whole(&self, rb: RequestBuilder) -> Result<Response, UpstreamError> {
+        self.send_within(rb, None).await
+    }
+
+    async fn send_within(
+        &self,
+        rb: RequestBuilder,
+        headers_within: Option<Duration>,
+    ) -> Result<Response, UpstreamError> {
+        let sent = match headers_within {
+            Some(within) => tokio::time::timeout(within, rb.send()).await,
+            None => Ok(rb.send().await),
+        };
+        let response = match sent {
             Err(_) => {
                 return Err(self.error(
                     UpstreamErrorKind::Timeout,
@@ -236,6 +254,29 @@ pub(crate) fn bounded_events(
     }
 }
 
+/// A whole response body (one answer), cut off with a `Protocol` error past
+/// `max_line_bytes`; a transport failure is `Closed`.
+pub(crate) async fn whole_body(
+    response: Response,
+    up: &Upstream,
+) -> Result<bytes::Bytes, UpstreamError> {
+    use futures::StreamExt;
+    let mut body = response.bytes_stream();
+    let mut whole = bytes::BytesMut::new();
+    while let Some(piece) = body.next().await {
+        let piece = piece.map_err(|e| {
+            let mut err = up.transport_error(&e);
+            err.kind = UpstreamErrorKind::Closed;
+            err
+        })?;
+        if whole.len() + piece.len() > up.max_line_bytes {
+            return Err(up.too_long());
+        }
+        whole.extend_from_slice(&piece);
+    }
+    Ok(whole.freeze())
+}
+
 /// A `Retry-After` value (delay in seconds or an HTTP date) as a delay from `now`.
 pub(crate) fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
     let value = value.trim();
@@ -271,7 +312,12 @@ pub(crate) fn error_message(body: &str) -> Option<String> {
 
 /// `{"error":"…"}` (Ollama) or `{"error":{"message":"…"}}` (OpenAI).
 pub(crate) fn error_in_json(v: &Value) -> Option<String> {
-    match v.get("error")? {
+    error_text(v.get("error")?)
+}
+
+/// What an `error` field says: itself (Ollama) or its `message` (OpenAI).
+pub(crate) fn error_text(error: &Value) -> Option<String> {
+    match error {
         Value::String(s) => Some(s.clone()),
         Value::Object(o) => Some(
             o.get("message")

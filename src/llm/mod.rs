@@ -178,6 +178,11 @@ pub struct UpstreamRequest {
     /// accepts the same shape.
     pub tools: Vec<Value>,
     pub tool_choice: Option<Value>,
+    /// Ask for the answer in one piece (the upstream's non-streamed form), for a caller
+    /// that takes it whole and needs no token before the last: the chunks then arrive
+    /// all at once, after the upstream's whole answer. Bounded by `llm.max_answer_secs`
+    /// alone (no first token to wait for).
+    pub whole: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

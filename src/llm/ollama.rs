@@ -23,7 +23,7 @@ impl OllamaChat {
     fn request_body(&self, req: &UpstreamRequest) -> Result<(&'static str, Value), UpstreamError> {
         let mut body = Map::new();
         body.insert("model".into(), json!(req.model));
-        body.insert("stream".into(), json!(true));
+        body.insert("stream".into(), json!(!req.whole));
         let path = match &req.input {
             Input::Chat(messages) => {
                 let messages = messages
@@ -182,7 +182,12 @@ impl ChatModel for OllamaChat {
 
     async fn stream(&self, request: UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
         let (path, body) = self.request_body(&request)?;
-        let response = self.up.send(self.up.post_json(path, &body)).await?;
+        let post = self.up.post_json(path, &body);
+        // A whole answer is one object: the stream's final line with all the text in it.
+        let response = match request.whole {
+            true => self.up.send_whole(post).await?,
+            false => self.up.send(post).await?,
+        };
         Ok(ndjson_chunks(response, self.up.clone()).boxed())
     }
 
@@ -599,6 +604,7 @@ mod tests {
             },
             tools: vec![],
             tool_choice: None,
+            whole: false,
         };
         let (path, body) = chat.request_body(&req).unwrap();
         assert_eq!(path, "/api/chat");

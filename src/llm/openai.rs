@@ -1,11 +1,13 @@
 //! Any OpenAI-compatible server: `/chat/completions` and `/completions` streamed as SSE.
 
+use std::borrow::Cow;
+
 use async_trait::async_trait;
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{json, Map, Value};
 
-use super::http::{bounded_events, error_in_json, Upstream};
+use super::http::{bounded_events, error_text, whole_body, Upstream};
 use super::{
     embed_in_batches, ChatModel, Chunk, ChunkStream, Embedder, FinishReason, Input, Message,
     ModelCard, ToolCall, UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamRequest, Usage,
@@ -24,8 +26,10 @@ impl OpenAiChat {
 fn request_body(req: &UpstreamRequest) -> (&'static str, Value) {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
-    body.insert("stream".into(), json!(true));
-    body.insert("stream_options".into(), json!({"include_usage": true}));
+    body.insert("stream".into(), json!(!req.whole));
+    if !req.whole {
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
     let path = match &req.input {
         Input::Chat(messages) => {
             body.insert(
@@ -123,7 +127,14 @@ impl ChatModel for OpenAiChat {
 
     async fn stream(&self, request: UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
         let (path, body) = request_body(&request);
-        let response = self.up.send(self.up.post_json(path, &body)).await?;
+        let post = self.up.post_json(path, &body);
+        if request.whole {
+            let response = self.up.send_whole(post).await?;
+            let body = whole_body(response, &self.up).await?;
+            let chunks = whole_chunks(&body, &self.up);
+            return Ok(futures::stream::iter(chunks).boxed());
+        }
+        let response = self.up.send(post).await?;
         Ok(sse_chunks(response, self.up.clone()).boxed())
     }
 
@@ -277,6 +288,105 @@ fn sse_chunks(
     }
 }
 
+/// A non-streamed answer (`chat.completion` or `text_completion`): only what the gateway
+/// reads.
+#[derive(serde::Deserialize)]
+struct WireAnswer {
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    choices: Option<Vec<WireWholeChoice>>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireWholeChoice {
+    #[serde(default)]
+    message: Option<WireMessage>,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireMessage {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<Value>>,
+    #[serde(default)]
+    function_call: Option<Value>,
+}
+
+/// A whole answer's body as the chunks a stream of it would have given: its text, its
+/// tool calls, then `Done` (or the error it reports, or why it cannot be read).
+fn whole_chunks(body: &[u8], up: &Upstream) -> Vec<Result<Chunk, UpstreamError>> {
+    let answer: WireAnswer = match serde_json::from_slice(body) {
+        Ok(answer) => answer,
+        Err(e) => {
+            return vec![Err(up.error(
+                UpstreamErrorKind::Protocol,
+                format!("an answer that is not an OpenAI completion ({e})"),
+            ))]
+        }
+    };
+    if let Some(msg) = answer.error.as_ref().and_then(error_text) {
+        return vec![Err(up.error(UpstreamErrorKind::Stream, msg))];
+    }
+    let Some(choice) = answer.choices.and_then(|c| c.into_iter().next()) else {
+        return vec![Err(
+            up.error(UpstreamErrorKind::Protocol, "an answer without choices")
+        )];
+    };
+    let mut out = Vec::new();
+    let (content, calls, function_call) = match choice.message {
+        Some(m) => (m.content, m.tool_calls, m.function_call),
+        None => (None, None, None),
+    };
+    if let Some(text) = content.or(choice.text).filter(|t| !t.is_empty()) {
+        out.push(Ok(Chunk::Text(text)));
+    }
+    let wire_call = |c: &Value| {
+        let f = c.get("function").unwrap_or(c);
+        let name = f.get("name").and_then(Value::as_str).unwrap_or_default();
+        let id = c
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty());
+        (!name.is_empty()).then(|| {
+            ToolCall::from_wire(
+                id.map(str::to_string),
+                name.to_string(),
+                f.get("arguments").cloned(),
+            )
+        })
+    };
+    if calls.as_ref().is_some_and(|c| c.len() > MAX_TOOL_CALLS) {
+        return vec![Err(up.error(
+            UpstreamErrorKind::Protocol,
+            format!("more than {MAX_TOOL_CALLS} tool calls in one answer"),
+        ))];
+    }
+    let calls: Vec<ToolCall> = match (calls, function_call.filter(Value::is_object)) {
+        (Some(calls), _) => calls.iter().filter_map(wire_call).collect(),
+        (None, Some(f)) => wire_call(&json!({ "function": f })).into_iter().collect(),
+        (None, None) => Vec::new(),
+    };
+    let mut finish = FinishReason::parse(choice.finish_reason.as_deref().unwrap_or("stop"));
+    if !calls.is_empty() {
+        finish = FinishReason::ToolCalls;
+        out.push(Ok(Chunk::ToolCalls(calls)));
+    }
+    let usage = answer.usage.map(|u| Usage {
+        prompt_tokens: u.prompt_tokens.unwrap_or(0),
+        completion_tokens: u.completion_tokens.unwrap_or(0),
+    });
+    out.push(Ok(Chunk::Done { finish, usage }));
+    out
+}
+
 /// Most tool calls one answer may hold; an upstream that numbers one beyond is broken.
 const MAX_TOOL_CALLS: usize = 128;
 
@@ -329,44 +439,82 @@ fn merge_fragment(have: &mut String, got: &str) {
     have.push_str(got);
 }
 
+/// One event of an OpenAI-compatible stream: only the fields the gateway reads, their
+/// text borrowed from the event where it has no escapes. Everything else is skipped
+/// unread.
+#[derive(serde::Deserialize)]
+struct WireEvent<'a> {
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default, borrow)]
+    choices: Option<Vec<WireChoice<'a>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireChoice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<WireDelta<'a>>,
+    /// Text completions carry their text here.
+    #[serde(default, borrow)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(serde::Deserialize)]
+struct WireDelta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default)]
+    tool_calls: Option<Vec<Value>>,
+    #[serde(default)]
+    function_call: Option<Value>,
+}
+
 impl SseState {
     fn read(&mut self, data: &str, up: &Upstream) -> Result<Vec<Chunk>, UpstreamError> {
         if data.trim().is_empty() {
             return Ok(Vec::new());
         }
-        let v: Value = serde_json::from_str(data).map_err(|e| {
+        let event: WireEvent<'_> = serde_json::from_str(data).map_err(|e| {
             up.error(
                 UpstreamErrorKind::Protocol,
-                format!("an event that is not JSON ({e})"),
+                format!("an event that is not an OpenAI chunk ({e})"),
             )
         })?;
-        if let Some(msg) = error_in_json(&v) {
+        if let Some(msg) = event.error.as_ref().and_then(error_text) {
             return Err(up.error(UpstreamErrorKind::Stream, msg));
         }
-        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-            let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+        if let Some(u) = event.usage {
             self.usage = Some(Usage {
-                prompt_tokens: n("prompt_tokens"),
-                completion_tokens: n("completion_tokens"),
+                prompt_tokens: u.prompt_tokens.unwrap_or(0),
+                completion_tokens: u.completion_tokens.unwrap_or(0),
             });
         }
         let mut out = Vec::new();
-        let Some(choice) = v.pointer("/choices/0") else {
+        let Some(choice) = event.choices.and_then(|c| c.into_iter().next()) else {
             return Ok(out);
         };
-        let text = choice
-            .pointer("/delta/content")
-            .or_else(|| choice.get("text"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let (content, tool_calls, function_call) = match choice.delta {
+            Some(d) => (d.content, d.tool_calls, d.function_call),
+            None => (None, None, None),
+        };
+        let text = content.or(choice.text).unwrap_or_default();
         if !text.is_empty() {
-            out.push(Chunk::Text(text.to_string()));
+            out.push(Chunk::Text(text.into_owned()));
         }
-        if let Some(deltas) = choice
-            .pointer("/delta/tool_calls")
-            .and_then(Value::as_array)
-        {
-            for d in deltas {
+        if let Some(deltas) = tool_calls {
+            for d in &deltas {
                 let index = self.index_of(d, up)?;
                 self.calls[index].merge(
                     d.get("id").and_then(Value::as_str),
@@ -374,10 +522,7 @@ impl SseState {
                     d.pointer("/function/arguments").and_then(Value::as_str),
                 );
             }
-        } else if let Some(f) = choice
-            .pointer("/delta/function_call")
-            .filter(|f| f.is_object())
-        {
+        } else if let Some(f) = function_call.filter(Value::is_object) {
             // The deprecated single-call form, from servers that send no `tool_calls`.
             if self.calls.is_empty() {
                 self.calls.push(PartialCall::default());
@@ -388,8 +533,8 @@ impl SseState {
                 f.get("arguments").and_then(Value::as_str),
             );
         }
-        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-            let mut finish = FinishReason::parse(reason);
+        if let Some(reason) = choice.finish_reason {
+            let mut finish = FinishReason::parse(&reason);
             let calls = self.take_calls();
             if !calls.is_empty() {
                 finish = FinishReason::ToolCalls;
@@ -650,6 +795,95 @@ mod tests {
         assert!(got[0].id.starts_with("call_"));
     }
 
+    /// Non-streamed answers become the chunks their stream would have given.
+    #[test]
+    fn whole_answers_become_chunks() {
+        let up = up();
+        let chunks = |body: Value| -> Vec<Result<Chunk, UpstreamError>> {
+            whole_chunks(body.to_string().as_bytes(), &up)
+        };
+        let got = chunks(
+            json!({"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"index": 0,
+            "message": {"role": "assistant", "content": "Hi there"}, "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}}),
+        );
+        assert_eq!(
+            got.into_iter().map(Result::unwrap).collect::<Vec<_>>(),
+            vec![
+                Chunk::Text("Hi there".into()),
+                Chunk::Done {
+                    finish: FinishReason::Length,
+                    usage: Some(Usage {
+                        prompt_tokens: 5,
+                        completion_tokens: 2
+                    })
+                }
+            ]
+        );
+        // Text completions, and no usage.
+        let got = chunks(json!({"object": "text_completion",
+            "choices": [{"index": 0, "text": "def f", "finish_reason": "stop"}]}));
+        assert_eq!(got[0].as_ref().unwrap(), &Chunk::Text("def f".into()));
+        assert_eq!(
+            got[1].as_ref().unwrap(),
+            &Chunk::Done {
+                finish: FinishReason::Stop,
+                usage: None
+            }
+        );
+        // Tool calls (arguments as the JSON string OpenAI sends, or an object).
+        let got = chunks(
+            json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "get", "arguments": "{\"q\":1}"}},
+                {"type": "function", "function": {"name": "put", "arguments": {"k": "v"}}},
+                {"type": "function", "function": {"name": "", "arguments": "{}"}}]}}]}),
+        );
+        let Ok(Chunk::ToolCalls(calls)) = &got[0] else {
+            panic!("{got:?}")
+        };
+        assert_eq!(calls.len(), 2, "a call without a name is nothing to run");
+        assert_eq!(
+            (
+                calls[0].id.as_str(),
+                calls[0].name.as_str(),
+                &calls[0].arguments
+            ),
+            ("call_1", "get", &json!({"q": 1}))
+        );
+        assert!(calls[1].id.starts_with("call_"));
+        assert_eq!(calls[1].arguments, json!({"k": "v"}));
+        assert!(matches!(
+            got[1],
+            Ok(Chunk::Done {
+                finish: FinishReason::ToolCalls,
+                ..
+            })
+        ));
+        // Errors, garbage, no choices, too many calls.
+        let error = |got: Vec<Result<Chunk, UpstreamError>>| got[0].clone().unwrap_err();
+        let e = error(chunks(
+            json!({"error": {"message": "boom", "type": "server_error"}}),
+        ));
+        assert_eq!(
+            (e.kind, e.detail.as_str()),
+            (UpstreamErrorKind::Stream, "boom")
+        );
+        let e = error(whole_chunks(b"not json", &up));
+        assert_eq!(e.kind, UpstreamErrorKind::Protocol);
+        assert_eq!(
+            error(chunks(json!({"choices": []}))).kind,
+            UpstreamErrorKind::Protocol
+        );
+        let many: Vec<Value> = (0..129)
+            .map(|i| json!({"id": format!("c{i}"), "function": {"name": "f", "arguments": "{}"}}))
+            .collect();
+        let e = error(chunks(
+            json!({"choices": [{"message": {"tool_calls": many}}]}),
+        ));
+        assert!(e.detail.contains("more than 128"), "{e}");
+    }
+
     #[test]
     fn stream_without_finish_is_closed_early() {
         let up = up();
@@ -702,6 +936,7 @@ mod tests {
             },
             tools: vec![json!({"type": "function", "function": {"name": "f"}})],
             tool_choice: Some(json!("auto")),
+            whole: false,
         };
         let (path, body) = request_body(&req);
         assert_eq!(path, "/chat/completions");

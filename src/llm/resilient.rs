@@ -151,7 +151,12 @@ impl Resilient {
     /// One request to one upstream, up to its first chunk.
     async fn attempt(&self, target: &Target, request: UpstreamRequest) -> Attempt {
         // The client bounds the wait for headers by the same time; this bounds the whole.
-        let deadline = Instant::now() + self.policy.first_token;
+        // A whole answer's first chunk comes with its last: the answer's own bound.
+        let (first_token, setting) = match request.whole {
+            true => (self.policy.max_answer, "llm.max_answer_secs"),
+            false => (self.policy.first_token, "llm.first_byte_timeout_secs"),
+        };
+        let deadline = Instant::now() + first_token;
         let mut chunks = match target.chat.stream(request).await {
             Ok(chunks) => chunks,
             Err(e) => return Attempt::Failed(e),
@@ -172,8 +177,8 @@ impl Resilient {
                 UpstreamErrorKind::Timeout,
                 target.url(),
                 format!(
-                    "no first token within {} s (llm.first_byte_timeout_secs)",
-                    self.policy.first_token.as_secs_f64()
+                    "no first token within {} s ({setting})",
+                    first_token.as_secs_f64()
                 ),
             )),
         }

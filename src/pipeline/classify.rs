@@ -429,6 +429,7 @@ impl Classifier for LlmClassifier {
             },
             tools: Vec::new(),
             tool_choice: None,
+            whole: false,
         };
         let answer =
             tokio::time::timeout(self.timeout, llm::complete(self.chat.as_ref(), request)).await;

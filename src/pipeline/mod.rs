@@ -329,6 +329,10 @@ impl Pipeline {
             session_id,
             editor,
         } = turn;
+        // The assistant streams from the upstream whatever the client takes: a stream
+        // that closes before its first word is how llama.cpp's server says "too long",
+        // and the retry with less context depends on seeing it.
+        request.whole = false;
         let messages = client_messages(std::mem::replace(&mut request.input, Input::Chat(vec![])));
         let query = messages
             .iter()

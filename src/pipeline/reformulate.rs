@@ -142,6 +142,7 @@ impl LlmReformulator {
             },
             tools: Vec::new(),
             tool_choice: None,
+            whole: false,
         };
         let answer = tokio::time::timeout(self.timeout, llm::complete(self.chat.as_ref(), request))
             .await

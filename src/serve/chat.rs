@@ -38,10 +38,43 @@ pub struct End<'a> {
     pub timing: Timing,
 }
 
+/// What a streamed answer carries: bytes of one body, which several at a time may join
+/// (the events ready at once then leave in one write), or messages, which never do.
+pub trait Piece: Send + Sized + 'static {
+    /// Whether pieces ready at once are joined.
+    const JOINS: bool = false;
+    /// Appends `next` to this piece, or gives it back when it cannot (or this one is full).
+    fn join(&mut self, next: Self) -> Option<Self> {
+        Some(next)
+    }
+}
+
+/// Most bytes a batch of events ready at once may grow to before it is sent.
+const MAX_BATCH_BYTES: usize = 64 * 1024;
+
+impl Piece for bytes::Bytes {
+    const JOINS: bool = true;
+
+    fn join(&mut self, next: Self) -> Option<Self> {
+        if self.len() >= MAX_BATCH_BYTES {
+            return Some(next);
+        }
+        // The batch built so far is its own buffer: it grows in place.
+        let mut batch = match std::mem::take(self).try_into_mut() {
+            Ok(batch) => batch,
+            Err(shared) => bytes::BytesMut::from(&shared[..]),
+        };
+        batch.reserve(next.len().max(1024));
+        batch.extend_from_slice(&next);
+        *self = batch.freeze();
+        None
+    }
+}
+
 /// A dialect's rendering of the pipeline's events into the pieces its stream carries
 /// (bytes of SSE or NDJSON over HTTP, messages over gRPC).
 pub trait Render: Send + 'static {
-    type Piece: Send + 'static;
+    type Piece: Piece;
     /// What a stream starts with, before any event.
     fn opening(&mut self) -> Option<Self::Piece> {
         None
@@ -62,10 +95,12 @@ pub async fn start(
     gate: Option<&StreamGate>,
     owner: &Owner,
     log: &mut ChatLog,
-    turn: ChatTurn,
+    mut turn: ChatTurn,
     stream: bool,
 ) -> Result<EventStream, GatewayError> {
     check_limits(&state.settings.server, &turn)?;
+    // A client that takes its answer whole: the pipeline may ask for it whole too.
+    turn.request.whole = !stream;
     if stream {
         if let Some(gate) = gate {
             log.stream_slot = Some(gate.claim()?);
@@ -136,7 +171,8 @@ fn rendered<R: Render>(
 
 type Rendering<T> = std::pin::Pin<Box<dyn futures::Stream<Item = T> + Send>>;
 
-/// A streamed answer the client must keep taking. The server takes a piece from the body
+/// A streamed answer the client must keep taking. Pieces that join ([`Piece::JOINS`]) and
+/// are ready at once are handed over as one. The server takes a piece from the body
 /// only when it can write it; a piece that waits longer than `write_timeout` to be taken
 /// means the client stopped reading (its buffers are full). A watchdog then drops the
 /// answer, as for a client that went away: the upstream request is cancelled, what was
@@ -150,13 +186,17 @@ struct WatchedSlot<T> {
     rendering: Option<Rendering<T>>,
     /// When the last piece was handed over and not yet followed by another poll.
     handed: Option<Instant>,
+    /// A piece taken from the rendering that did not join the batch handed over before
+    /// it: the next one.
+    held: Option<T>,
 }
 
-impl<T: Send + 'static> Watched<T> {
+impl<T: Piece> Watched<T> {
     fn new(rendering: Rendering<T>, write_timeout: Duration, too_slow: Arc<AtomicBool>) -> Self {
         let slot = Arc::new(std::sync::Mutex::new(WatchedSlot {
             rendering: Some(rendering),
             handed: None,
+            held: None,
         }));
         let watched = Arc::downgrade(&slot);
         tokio::spawn(async move {
@@ -193,7 +233,7 @@ impl<T: Send + 'static> Watched<T> {
     }
 }
 
-impl<T> futures::Stream for Watched<T> {
+impl<T: Piece> futures::Stream for Watched<T> {
     type Item = T;
 
     fn poll_next(
@@ -202,20 +242,35 @@ impl<T> futures::Stream for Watched<T> {
     ) -> std::task::Poll<Option<T>> {
         use std::task::Poll;
         let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = &mut *slot;
         slot.handed = None;
-        let Some(rendering) = slot.rendering.as_mut() else {
-            return Poll::Ready(None);
-        };
-        match rendering.as_mut().poll_next(cx) {
-            Poll::Ready(Some(bytes)) => {
+        let mut batch = slot.held.take();
+        while let Some(rendering) = slot.rendering.as_mut() {
+            // Pieces that never join are taken one at a time.
+            if batch.is_some() && !T::JOINS {
+                break;
+            }
+            match rendering.as_mut().poll_next(cx) {
+                Poll::Ready(Some(piece)) => match batch.as_mut() {
+                    None => batch = Some(piece),
+                    Some(batch) => {
+                        if let Some(next) = batch.join(piece) {
+                            slot.held = Some(next);
+                            break;
+                        }
+                    }
+                },
+                Poll::Ready(None) => slot.rendering = None,
+                Poll::Pending => break,
+            }
+        }
+        match batch {
+            Some(batch) => {
                 slot.handed = Some(Instant::now());
-                Poll::Ready(Some(bytes))
+                Poll::Ready(Some(batch))
             }
-            Poll::Ready(None) => {
-                slot.rendering = None;
-                Poll::Ready(None)
-            }
-            Poll::Pending => Poll::Pending,
+            None if slot.rendering.is_none() => Poll::Ready(None),
+            None => Poll::Pending,
         }
     }
 }

@@ -39,4 +39,5 @@ mod real_model;
 mod real_window;
 mod security;
 mod tool_call_streams;
+mod whole_answers;
 mod window;

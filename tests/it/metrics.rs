@@ -393,8 +393,10 @@ async fn upstream_errors_are_counted_by_kind() {
         body: String::new(),
     });
     assert_eq!(post(&gw.url(CHAT), whole.clone()).await.0, 429);
+    // No headers within the first-byte timeout (a streamed answer's: a whole one has
+    // none to wait for before its last word).
     up.push(Reply::HangBeforeHeaders(Duration::from_secs(3)));
-    assert_eq!(post(&gw.url(CHAT), whole.clone()).await.0, 504);
+    assert_eq!(post(&gw.url(CHAT), streamed.clone()).await.0, 504);
     // Failures after the stream began: 200, an error event, and the kind counted.
     for reply in [
         Reply::DropAfter(vec!["a".into()]),

@@ -97,11 +97,13 @@ async fn a_llama_cpp_tool_call_stream_reaches_every_client_whole() {
         body: llama_cpp_tool_call_sse(UPSTREAM_MODEL),
     };
 
-    // OpenAI, not streamed: one call, named once, its arguments whole.
+    // OpenAI, not streamed: one call, named once, its arguments whole. (The assistant
+    // streams from the upstream whatever its client takes; a passthrough model asked
+    // for a whole answer is asked whole: see below.)
     up.push(reply());
     let (status, _, text) = post(
         &gw.url("/v1/chat/completions"),
-        tool_request(UPSTREAM_MODEL, false),
+        tool_request("brunix", false),
     )
     .await;
     assert_eq!(status, 200, "{text}");
@@ -137,13 +139,55 @@ async fn a_llama_cpp_tool_call_stream_reaches_every_client_whole() {
 
     // Ollama, not streamed: the call with its arguments as an object.
     up.push(reply());
-    let (status, _, text) = post(&gw.url("/api/chat"), tool_request(UPSTREAM_MODEL, false)).await;
+    let (status, _, text) = post(&gw.url("/api/chat"), tool_request("brunix", false)).await;
     assert_eq!(status, 200, "{text}");
     let v: Value = serde_json::from_str(&text).unwrap();
     let calls = v["message"]["tool_calls"].as_array().unwrap();
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(calls[0]["function"]["name"], "get_weather");
     assert_eq!(calls[0]["function"]["arguments"], json!({"city": "Paris"}));
+
+    // A passthrough model asked whole: the server's own whole answer, in the shape
+    // llama-cpp-python gives it (the call in `tool_calls` and again in the legacy
+    // `function_call`), reaches both dialects once.
+    let whole = json!({"id": "chatcmpl-1fc5d534", "object": "chat.completion",
+        "created": 1795498450, "model": UPSTREAM_MODEL,
+        "choices": [{"index": 0, "logprobs": null, "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": null,
+                "function_call": {"name": "get_weather", "arguments": "{ \"city\": \"Paris\" }"},
+                "tool_calls": [{"id": CALL_ID, "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{ \"city\": \"Paris\" }"}}]}}],
+        "usage": {"prompt_tokens": 180, "completion_tokens": 9, "total_tokens": 189}});
+    for path in ["/v1/chat/completions", "/api/chat"] {
+        up.push(Reply::Raw {
+            content_type: "application/json",
+            body: whole.to_string(),
+        });
+        let (status, _, text) = post(&gw.url(path), tool_request(UPSTREAM_MODEL, false)).await;
+        assert_eq!(status, 200, "{text}");
+        assert_eq!(up.last_request().body["stream"], false);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let (calls, arguments) = match path {
+            "/api/chat" => {
+                let calls = v["message"]["tool_calls"].as_array().unwrap().clone();
+                let arguments = calls[0]["function"]["arguments"].clone();
+                (calls, arguments)
+            }
+            _ => {
+                let calls = v["choices"][0]["message"]["tool_calls"]
+                    .as_array()
+                    .unwrap()
+                    .clone();
+                let arguments =
+                    serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap())
+                        .unwrap();
+                (calls, arguments)
+            }
+        };
+        assert_eq!(calls.len(), 1, "{path}: {text}");
+        assert_eq!(calls[0]["function"]["name"], "get_weather");
+        assert_eq!(arguments, json!({"city": "Paris"}), "{path}");
+    }
 }
 
 /// The real llama.cpp server (SmolLM2, the tool forced by `tool_choice`), through the

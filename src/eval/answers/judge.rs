@@ -222,6 +222,7 @@ impl Judge {
             },
             tools: Vec::new(),
             tool_choice: None,
+            whole: false,
         };
         let timed_out = || {
             format!(

@@ -296,6 +296,7 @@ impl Evaluator<'_> {
                 },
                 tools: Vec::new(),
                 tool_choice: None,
+                whole: false,
             },
             session_id: None,
             editor,

@@ -175,6 +175,7 @@ impl Request {
             params,
             tools,
             tool_choice: None,
+            whole: false,
         };
         let context = Context {
             session_id: self.session_id,

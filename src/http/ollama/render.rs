@@ -86,7 +86,9 @@ impl Render for Ndjson {
         out.extend_from_slice(b",\"created_at\":\"");
         out.extend_from_slice(rfc3339_now().as_bytes());
         match self.kind {
-            Kind::Chat => out.extend_from_slice(b"\",\"message\":{\"role\":\"assistant\",\"content\":"),
+            Kind::Chat => {
+                out.extend_from_slice(b"\",\"message\":{\"role\":\"assistant\",\"content\":")
+            }
             Kind::Generate => out.extend_from_slice(b"\",\"response\":"),
         }
         let _ = serde_json::to_writer(&mut out, text);
@@ -163,7 +165,12 @@ mod tests {
     fn text_lines_are_the_general_lines() {
         for kind in [Kind::Chat, Kind::Generate] {
             let mut ndjson = Ndjson::new(kind, "m\"odel:ünï");
-            for text in ["Hello", "", " \"quoted\"\n\ttab \\ \u{1}", "naïve — 日本 🚀"] {
+            for text in [
+                "Hello",
+                "",
+                " \"quoted\"\n\ttab \\ \u{1}",
+                "naïve — 日本 🚀",
+            ] {
                 let fast: Value = serde_json::from_slice(&ndjson.delta(text)).unwrap();
                 let mut general = ndjson.line(text, None, None);
                 assert!(fast["created_at"].as_str().unwrap().ends_with('Z'));

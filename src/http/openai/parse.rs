@@ -278,6 +278,7 @@ impl Request {
             params,
             tools,
             tool_choice,
+            whole: false,
         };
         let context = Context {
             session_id: self.session_id,

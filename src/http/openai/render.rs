@@ -253,7 +253,12 @@ mod tests {
             (Kind::Text, true),
         ] {
             let mut sse = Sse::new(kind, "m\"odel/ünï", usage);
-            for text in ["Hello", "", " \"quoted\"\n\ttab \\ \u{1}", "naïve — 日本 🚀"] {
+            for text in [
+                "Hello",
+                "",
+                " \"quoted\"\n\ttab \\ \u{1}",
+                "naïve — 日本 🚀",
+            ] {
                 let general = match kind {
                     Kind::Chat => sse.chunk(json!({"content": text}), None),
                     Kind::Text => sse.chunk(json!(text), None),

@@ -581,7 +581,7 @@ async fn handle(
         include_usage,
     };
     if !stream {
-        return w.whole(&reply);
+        return w.whole_reply(reply, shared.clone()).await;
     }
     let content_type = match wire {
         Wire::OllamaChat | Wire::OllamaGenerate => "application/x-ndjson",
@@ -817,38 +817,118 @@ impl Writer {
         }
     }
 
-    /// A non-streamed answer (`"stream": false`), for direct-baseline measurements.
-    fn whole(&self, reply: &Reply) -> Response {
-        let text: String = match reply {
-            Reply::Tokens { tokens, .. } => tokens.concat(),
-            _ => String::new(),
+    /// A non-streamed answer (`"stream": false`) as real servers give one: headers only
+    /// when the whole answer is ready; a failure mid-answer as an error status (or the
+    /// connection closing); the request counted as cancelled when dropped before then.
+    async fn whole_reply(&self, reply: Reply, shared: Arc<Shared>) -> Response {
+        let mut guard = StreamGuard {
+            shared,
+            finished: false,
         };
-        let v = match self.wire {
-            Wire::OllamaChat => {
-                let mut v = json!({"model": self.model, "created_at": CREATED_AT,
-                    "message": {"role": "assistant", "content": text}, "done": true, "done_reason": "stop"});
-                for (k, s) in Self::stats(11, 3).as_object().unwrap() {
+        let (tokens, finish, tool) = match reply {
+            Reply::Tokens {
+                tokens,
+                delay,
+                finish,
+            } => {
+                tokio::time::sleep(delay * tokens.len() as u32).await;
+                (tokens, finish, None)
+            }
+            Reply::ToolCall { name, arguments } => (vec![], "tool_calls", Some((name, arguments))),
+            Reply::DropAfter(_) => {
+                // The connection closes in the middle of the answer.
+                guard.finished = true;
+                let body = futures::stream::once(async {
+                    Err::<Bytes, _>(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionReset,
+                        "scripted drop",
+                    ))
+                });
+                return Response::builder()
+                    .header("content-type", "application/json")
+                    .body(Body::from_stream(body))
+                    .unwrap();
+            }
+            Reply::GarbageAfter(_) => {
+                guard.finished = true;
+                return Response::builder()
+                    .header("content-type", "application/json")
+                    .body(Body::from("this is not json"))
+                    .unwrap();
+            }
+            Reply::ErrorAfter(_, message) => {
+                guard.finished = true;
+                let body = match self.wire {
+                    Wire::OllamaChat | Wire::OllamaGenerate => json!({"error": message}),
+                    _ => json!({"error": {"message": message, "type": "server_error",
+                        "param": null, "code": null}}),
+                };
+                return (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(body)).into_response();
+            }
+            Reply::Endless(_) => std::future::pending().await,
+            Reply::StallAfter(mut tokens, silence) => {
+                tokio::time::sleep(silence).await;
+                tokens.push("late".into());
+                (tokens, "stop", None)
+            }
+            _ => (vec!["late".to_string()], "stop", None),
+        };
+        guard.finished = true;
+        let completion = tokens.len().max(usize::from(tool.is_some())) as u64;
+        let mut v = self.whole(&tokens.concat(), finish, completion);
+        if let Some((name, arguments)) = tool {
+            match self.wire {
+                Wire::OllamaChat | Wire::OllamaGenerate => {
+                    v["message"]["tool_calls"] =
+                        json!([{"function": {"name": name, "arguments": arguments}}]);
+                }
+                _ => {
+                    v["choices"][0]["message"]["content"] = Value::Null;
+                    v["choices"][0]["message"]["tool_calls"] = json!([{"id": "call_scripted",
+                        "type": "function", "function": {"name": name, "arguments": arguments.to_string()}}]);
+                }
+            }
+        }
+        axum::Json(v).into_response()
+    }
+
+    /// A whole answer's body: `completion` tokens of `text`, finished with `finish`.
+    fn whole(&self, text: &str, finish: &str, completion: u64) -> Value {
+        let prompt = 11;
+        let usage = json!({"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion});
+        let ollama_finish = if finish == "tool_calls" {
+            "stop"
+        } else {
+            finish
+        };
+        match self.wire {
+            Wire::OllamaChat | Wire::OllamaGenerate => {
+                let mut v = json!({"model": self.model, "created_at": CREATED_AT, "done": true,
+                    "done_reason": ollama_finish});
+                if self.wire == Wire::OllamaChat {
+                    v["message"] = json!({"role": "assistant", "content": text});
+                } else {
+                    v["response"] = json!(text);
+                    v["context"] = json!([1, 2, 3]);
+                }
+                for (k, s) in Self::stats(prompt, completion).as_object().unwrap() {
                     v[k] = s.clone();
                 }
                 v
             }
-            Wire::OllamaGenerate => {
-                json!({"model": self.model, "created_at": CREATED_AT, "response": text,
-                "done": true, "done_reason": "stop"})
-            }
             Wire::OpenAiChat => {
                 json!({"id": "chatcmpl-scripted", "object": "chat.completion", "created": 1700000000,
-                "model": self.model, "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                "logprobs": null, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}})
+                "model": self.model, "system_fingerprint": "fp_scripted",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                "logprobs": null, "finish_reason": finish}], "usage": usage})
             }
             Wire::OpenAiText => {
                 json!({"id": "cmpl-scripted", "object": "text_completion", "created": 1700000000,
-                "model": self.model, "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}})
+                "model": self.model, "choices": [{"index": 0, "text": text, "logprobs": null,
+                "finish_reason": finish}], "usage": usage})
             }
-        };
-        axum::Json(v).into_response()
+        }
     }
 }
 
