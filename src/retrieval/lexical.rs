@@ -6,9 +6,9 @@
 //! `user_name` → `user name`). A query is searched in the fields of its own language plus
 //! the code field, so a Spanish query meets Spanish stems and an English one English stems.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, Context};
 use tantivy::collector::TopDocs;
@@ -21,7 +21,9 @@ use tantivy::tokenizer::{
     AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer,
     StopWordFilter, TextAnalyzer,
 };
-use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{
+    DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term,
+};
 
 use super::{Hit, KnowledgeChunk, Lang, LexicalIndex};
 
@@ -57,7 +59,21 @@ pub struct TantivyIndex {
     /// `None` when opened for reading only (the gateway, while `ingest` writes).
     writer: Option<Mutex<IndexWriter<TantivyDocument>>>,
     fields: Fields,
+    chunks: Mutex<ChunkCache>,
 }
+
+/// Chunks read from stored documents, by their address in the index as one searcher
+/// generation sees it. A query reads every candidate's stored document (`candidates`, 40
+/// by default) and most are the same from one query to the next; decompressing and
+/// decoding them was the larger part of a BM25 query's time.
+#[derive(Default)]
+struct ChunkCache {
+    generation: u64,
+    chunks: HashMap<DocAddress, Arc<KnowledgeChunk>>,
+}
+
+/// Most chunks kept decoded; past it the cache starts over.
+const CACHED_CHUNKS: usize = 4096;
 
 fn schema() -> (Schema, Fields) {
     let text = |tokenizer: &str| {
@@ -235,6 +251,7 @@ impl TantivyIndex {
             reader,
             writer,
             fields,
+            chunks: Mutex::default(),
         })
     }
 
@@ -278,6 +295,39 @@ impl TantivyIndex {
 
     /// Analyzed terms of `text` for one field, each once (linear in the text: a question
     /// of 25,000 distinct words took seconds when repeats were found by scanning).
+    /// The chunk stored at `address`, decoded once per searcher generation.
+    fn chunk(
+        &self,
+        searcher: &Searcher,
+        address: DocAddress,
+    ) -> anyhow::Result<Arc<KnowledgeChunk>> {
+        let generation = searcher.generation().generation_id();
+        {
+            let mut cache = self.chunks.lock().unwrap_or_else(|e| e.into_inner());
+            if cache.generation != generation {
+                cache.generation = generation;
+                cache.chunks.clear();
+            }
+            if let Some(chunk) = cache.chunks.get(&address) {
+                return Ok(chunk.clone());
+            }
+        }
+        let doc: TantivyDocument = searcher.doc(address)?;
+        let payload = doc
+            .get_first(self.fields.payload)
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| anyhow!("a lexical index entry has no payload"))?;
+        let chunk = Arc::new(serde_json::from_str::<KnowledgeChunk>(payload)?);
+        let mut cache = self.chunks.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.generation == generation {
+            if cache.chunks.len() >= CACHED_CHUNKS {
+                cache.chunks.clear();
+            }
+            cache.chunks.insert(address, chunk.clone());
+        }
+        Ok(chunk)
+    }
+
     fn terms(&self, field: Field, text: &str) -> anyhow::Result<Vec<Term>> {
         let mut analyzer = self.index.tokenizer_for_field(field)?;
         let mut seen: HashSet<String> = HashSet::new();
@@ -362,13 +412,8 @@ impl LexicalIndex for TantivyIndex {
         )?;
         top.into_iter()
             .map(|(score, address)| {
-                let doc: TantivyDocument = searcher.doc(address)?;
-                let payload = doc
-                    .get_first(f.payload)
-                    .and_then(|v| v.as_str())
-                    .ok_or_else(|| anyhow!("a lexical index entry has no payload"))?;
                 Ok(Hit {
-                    chunk: serde_json::from_str(payload)?,
+                    chunk: self.chunk(&searcher, address)?.as_ref().clone(),
                     score,
                 })
             })
@@ -484,6 +529,38 @@ mod tests {
         let hit = &index.search("user name", Lang::En, 1).unwrap()[0];
         assert_eq!(hit.chunk.doc_type, DocType::Code);
         assert_eq!(hit.chunk.source_file, "src/users.rs");
+    }
+
+    #[test]
+    /// Chunks are decoded once per searcher generation: a search after a change reads
+    /// what the index holds now, never a chunk decoded before it.
+    #[test]
+    fn a_search_after_a_change_reads_the_changed_chunks() {
+        let index = TantivyIndex::in_memory().unwrap();
+        let version = |text: &str| {
+            vec![(
+                "docs/variables.en.md".to_string(),
+                vec![chunk(
+                    "en-2",
+                    "docs/variables.en.md",
+                    DocType::Narrative,
+                    "Variables > Constants",
+                    text,
+                )],
+            )]
+        };
+        for text in [
+            "Constants are declared with const.",
+            "Constants are declared with let const, now.",
+            "Constants: const, once more.",
+        ] {
+            index.replace_files(&version(text)).unwrap();
+            for _ in 0..2 {
+                let hits = index.search("constants const", Lang::En, 5).unwrap();
+                assert_eq!(hits.len(), 1);
+                assert_eq!(hits[0].chunk.text, text);
+            }
+        }
     }
 
     #[test]

@@ -438,3 +438,73 @@ impl Drop for ChatLog {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    /// A rendering whose pieces come in bursts: each burst's pieces ready at once, a
+    /// wait (a pending poll) before each burst.
+    fn bursts<T: Send + 'static>(bursts: Vec<Vec<T>>) -> Rendering<T> {
+        Box::pin(
+            futures::stream::iter(bursts)
+                .then(|burst| async move {
+                    tokio::task::yield_now().await;
+                    futures::stream::iter(burst)
+                })
+                .flatten(),
+        )
+    }
+
+    async fn handed<T: Piece>(rendering: Rendering<T>) -> Vec<T> {
+        let watched = Watched::new(rendering, Duration::from_secs(5), Arc::default());
+        watched.collect().await
+    }
+
+    #[tokio::test]
+    async fn bytes_ready_at_once_leave_as_one_piece_in_order() {
+        let b = |s: &'static str| Bytes::from_static(s.as_bytes());
+        let got = handed(bursts(vec![
+            vec![b("data: 1\n\n"), b("data: 2\n\n"), b("data: 3\n\n")],
+            vec![b("data: 4\n\n")],
+            vec![b("data: 5\n\n"), b("data: [DONE]\n\n")],
+        ]))
+        .await;
+        assert_eq!(
+            got,
+            [
+                b("data: 1\n\ndata: 2\n\ndata: 3\n\n"),
+                b("data: 4\n\n"),
+                b("data: 5\n\ndata: [DONE]\n\n")
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_stops_growing_past_its_bound() {
+        let piece = |c: u8| Bytes::from(vec![c; 40 * 1024]);
+        let got = handed(bursts(vec![vec![piece(b'a'), piece(b'b'), piece(b'c')]])).await;
+        let sizes: Vec<usize> = got.iter().map(Bytes::len).collect();
+        assert_eq!(sizes, [80 * 1024, 40 * 1024]);
+        let all: Vec<u8> = got.concat();
+        assert!(all[..40 * 1024].iter().all(|&c| c == b'a'));
+        assert!(all[40 * 1024..80 * 1024].iter().all(|&c| c == b'b'));
+        assert!(all[80 * 1024..].iter().all(|&c| c == b'c'));
+    }
+
+    #[derive(Debug, PartialEq)]
+    struct Message(u32);
+
+    impl Piece for Message {}
+
+    #[tokio::test]
+    async fn messages_leave_one_at_a_time() {
+        let got = handed(bursts(vec![
+            vec![Message(1), Message(2), Message(3)],
+            vec![Message(4)],
+        ]))
+        .await;
+        assert_eq!(got, [Message(1), Message(2), Message(3), Message(4)]);
+    }
+}
