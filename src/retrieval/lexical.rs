@@ -531,7 +531,6 @@ mod tests {
         assert_eq!(hit.chunk.source_file, "src/users.rs");
     }
 
-    #[test]
     /// Chunks are decoded once per searcher generation: a search after a change reads
     /// what the index holds now, never a chunk decoded before it.
     #[test]
