@@ -207,6 +207,9 @@ impl Ingestor {
             summary.chunks_written += n_chunks;
             progress.advance(batch.len() as u64, n_chunks as u64);
         }
+        if summary.files_indexed > 0 || summary.files_removed > 0 {
+            self.lexical.optimize()?;
+        }
         if let Some(d) = &self.dense {
             if summary.files_indexed > 0 {
                 d.store.optimize().await?;

@@ -235,7 +235,7 @@ impl VectorStore for EdgeStore {
                         edge_json::from_value(edge_json::Value::Object(payload.0))
                             .context("a vector point's payload is not a chunk")?;
                     Ok(Hit {
-                        chunk,
+                        chunk: Arc::new(chunk),
                         score: p.score,
                     })
                 })

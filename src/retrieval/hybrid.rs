@@ -404,9 +404,9 @@ impl Retriever {
                 .iter()
                 .chain(dense)
                 .find(|h| h.chunk.chunk_id == id)
-                .map(|h| h.chunk.clone())
+                .map(|h| h.chunk.as_ref())
         };
-        let mut scored: Vec<Scored> = fused
+        let mut ranked: Vec<(&KnowledgeChunk, f32)> = fused
             .into_iter()
             .filter_map(|(id, score)| {
                 let chunk = find(id)?;
@@ -415,17 +415,21 @@ impl Retriever {
                 } else {
                     1.0
                 };
-                Some(Scored {
-                    chunk,
-                    score: score * boost,
-                })
+                Some((chunk, score * boost))
             })
             .collect();
-        scored.sort_by(|a, b| b.score.total_cmp(&a.score));
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+        // Only the chunks kept are copied out of the lists.
         let mut seen_text = HashSet::new();
-        scored.retain(|s| seen_text.insert(s.chunk.text.trim().to_string()));
-        scored.truncate(top);
-        scored
+        ranked
+            .into_iter()
+            .filter(|(chunk, _)| seen_text.insert(chunk.text.trim()))
+            .take(top)
+            .map(|(chunk, score)| Scored {
+                chunk: KnowledgeChunk::clone(chunk),
+                score,
+            })
+            .collect()
     }
 
     fn boost(&self, doc_type: DocType) -> f32 {

@@ -30,6 +30,10 @@ use super::{Hit, KnowledgeChunk, Lang, LexicalIndex};
 const EN: &str = "assist_en";
 const ES: &str = "assist_es";
 const CODE: &str = "assist_code";
+/// Largest index (in chunks, deleted ones included) merged into one segment after
+/// ingestion: about half a second of merging at most (`cargo bench --bench retrieval`).
+const MERGE_ALL_UP_TO_DOCS: u64 = 50_000;
+
 /// Memory the writer may use before it flushes a segment.
 const WRITER_BUDGET: usize = 64 * 1024 * 1024;
 
@@ -293,8 +297,6 @@ impl TantivyIndex {
         Ok(())
     }
 
-    /// Analyzed terms of `text` for one field, each once (linear in the text: a question
-    /// of 25,000 distinct words took seconds when repeats were found by scanning).
     /// The chunk stored at `address`, decoded once per searcher generation.
     fn chunk(
         &self,
@@ -328,6 +330,8 @@ impl TantivyIndex {
         Ok(chunk)
     }
 
+    /// Analyzed terms of `text` for one field, each once (linear in the text: a question
+    /// of 25,000 distinct words took seconds when repeats were found by scanning).
     fn terms(&self, field: Field, text: &str) -> anyhow::Result<Vec<Term>> {
         let mut analyzer = self.index.tokenizer_for_field(field)?;
         let mut seen: HashSet<String> = HashSet::new();
@@ -379,7 +383,17 @@ impl LexicalIndex for TantivyIndex {
             Lang::En => (f.body_en, f.section_en),
             Lang::Es => (f.body_es, f.section_es),
         };
+        let searcher = self.reader.searcher();
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        // Terms no chunk has are left out: each clause costs a weight and a scorer per
+        // segment, found or not.
+        let mut add = |term: Term, boost: f32| -> anyhow::Result<()> {
+            if searcher.doc_freq(&term)? > 0 {
+                let q = TermQuery::new(term, IndexRecordOption::WithFreqs);
+                clauses.push((Occur::Should, Box::new(BoostQuery::new(Box::new(q), boost))));
+            }
+            Ok(())
+        };
         let code_query = split_identifiers(query);
         for (field, text, boost) in [
             (body, query, BODY_BOOST),
@@ -387,25 +401,16 @@ impl LexicalIndex for TantivyIndex {
             (f.code, code_query.as_str(), CODE_BOOST),
         ] {
             for term in self.terms(field, text)? {
-                let q = TermQuery::new(term, IndexRecordOption::WithFreqs);
-                clauses.push((Occur::Should, Box::new(BoostQuery::new(Box::new(q), boost))));
+                add(term, boost)?;
             }
         }
         // Words written apart may name one identifier: "get user name" → getusername.
         for joined in joined_words(query) {
-            let q = TermQuery::new(
-                Term::from_field_text(f.code, &joined),
-                IndexRecordOption::WithFreqs,
-            );
-            clauses.push((
-                Occur::Should,
-                Box::new(BoostQuery::new(Box::new(q), IDENTIFIER_BOOST)),
-            ));
+            add(Term::from_field_text(f.code, &joined), IDENTIFIER_BOOST)?;
         }
         if clauses.is_empty() || top_n == 0 {
             return Ok(Vec::new());
         }
-        let searcher = self.reader.searcher();
         let top = searcher.search(
             &BooleanQuery::new(clauses),
             &TopDocs::with_limit(top_n).order_by_score(),
@@ -413,7 +418,7 @@ impl LexicalIndex for TantivyIndex {
         top.into_iter()
             .map(|(score, address)| {
                 Ok(Hit {
-                    chunk: self.chunk(&searcher, address)?.as_ref().clone(),
+                    chunk: self.chunk(&searcher, address)?,
                     score,
                 })
             })
@@ -422,6 +427,29 @@ impl LexicalIndex for TantivyIndex {
 
     fn len(&self) -> anyhow::Result<u64> {
         Ok(self.reader.searcher().num_docs())
+    }
+
+    /// Merges every segment into one when the index is small enough to merge at once
+    /// (each commit and each indexing thread leaves a segment, and a search pays for
+    /// every term in every segment: on `examples/knowledge`, 36 µs a search in one
+    /// segment against 49 µs in two). Larger indexes are left to tantivy's merge policy.
+    fn optimize(&self) -> anyhow::Result<()> {
+        let Some(writer) = &self.writer else {
+            return Ok(());
+        };
+        let segments = self.index.searchable_segment_metas()?;
+        let docs: u64 = segments.iter().map(|s| u64::from(s.max_doc())).sum();
+        if segments.len() < 2 || docs > MERGE_ALL_UP_TO_DOCS {
+            return Ok(());
+        }
+        let ids: Vec<_> = segments.iter().map(|s| s.id()).collect();
+        let mut writer = writer
+            .lock()
+            .map_err(|_| anyhow!("the lexical index writer was poisoned by a panic"))?;
+        writer.merge(&ids).wait()?;
+        drop(writer);
+        self.reader.reload()?;
+        Ok(())
     }
 }
 
@@ -560,6 +588,56 @@ mod tests {
                 assert_eq!(hits[0].chunk.text, text);
             }
         }
+    }
+
+    /// Merging the segments changes no result: the same chunks, the same scores, after
+    /// a change too; terms no chunk has (the joined words) change nothing either.
+    #[test]
+    fn optimize_merges_segments_and_keeps_every_result() {
+        let index = TantivyIndex::in_memory().unwrap();
+        let files = corpus();
+        for file in &files {
+            index.replace_files(std::slice::from_ref(file)).unwrap();
+        }
+        let segments = || index.reader.searcher().segment_readers().len();
+        assert!(segments() > 1, "one commit per file");
+        let queries = [
+            ("how are variables declared", Lang::En),
+            ("get user name", Lang::En),
+            ("¿cómo se declaran las variables?", Lang::Es),
+            ("zzzunknown words only", Lang::En),
+        ];
+        let results = || {
+            queries
+                .iter()
+                .map(|(q, lang)| {
+                    index
+                        .search(q, *lang, 10)
+                        .unwrap()
+                        .into_iter()
+                        .map(|h| (h.chunk.chunk_id.clone(), h.score))
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+        };
+        let before = results();
+        assert!(before[0].len() >= 2 && before[3].is_empty(), "{before:?}");
+        index.optimize().unwrap();
+        assert_eq!(segments(), 1);
+        let after = results();
+        assert_eq!(before.len(), after.len());
+        for (b, a) in before.iter().zip(&after) {
+            let ids =
+                |r: &Vec<(String, f32)>| r.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>();
+            assert_eq!(ids(b), ids(a));
+            for ((_, sb), (_, sa)) in b.iter().zip(a) {
+                assert!((sb - sa).abs() < 1e-4, "{sb} vs {sa}");
+            }
+        }
+        assert_eq!(
+            index.len().unwrap(),
+            files.iter().map(|(_, c)| c.len() as u64).sum::<u64>()
+        );
     }
 
     #[test]

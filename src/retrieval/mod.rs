@@ -9,6 +9,8 @@ pub mod lang;
 pub mod lexical;
 pub mod qdrant_server;
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 pub use lang::Lang;
@@ -60,7 +62,8 @@ pub struct KnowledgeChunk {
 /// A chunk found by a search, with the searcher's own score.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hit {
-    pub chunk: KnowledgeChunk,
+    /// Shared with the index's cache of decoded chunks (a search reads tens of them).
+    pub chunk: Arc<KnowledgeChunk>,
     pub score: f32,
 }
 
@@ -75,6 +78,8 @@ pub trait LexicalIndex: Send + Sync {
     fn search(&self, query: &str, lang: Lang, top_n: usize) -> anyhow::Result<Vec<Hit>>;
     /// Number of chunks indexed.
     fn len(&self) -> anyhow::Result<u64>;
+    /// Compacts the index after a run of changes (searches read fewer parts).
+    fn optimize(&self) -> anyhow::Result<()>;
     fn is_empty(&self) -> anyhow::Result<bool> {
         Ok(self.len()? == 0)
     }

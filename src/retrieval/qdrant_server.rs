@@ -2,6 +2,8 @@
 //! several gateway replicas sharing one knowledge base. Same payload and filters as the
 //! embedded engine; the server builds its own HNSW index.
 
+use std::sync::Arc;
+
 use anyhow::{anyhow, bail, Context};
 use qdrant_client::qdrant::{
     vectors_config, Condition, CountPointsBuilder, CreateCollectionBuilder,
@@ -181,7 +183,7 @@ impl VectorStore for QdrantServerStore {
                 let chunk: KnowledgeChunk = serde_json::from_value(payload)
                     .context("a Qdrant point's payload is not a chunk")?;
                 Ok(Hit {
-                    chunk,
+                    chunk: Arc::new(chunk),
                     score: p.score,
                 })
             })
