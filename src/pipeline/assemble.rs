@@ -83,30 +83,33 @@ pub fn assemble(req: Request<'_>) -> Assembled {
     // The oldest conversation goes first when the window is too small for all of it.
     let mut history = req.history;
     let mut history_dropped = 0;
-    while !history.is_empty() && fixed + message_tokens(&history, est) > req.window_tokens {
+    let mut history_tokens = message_tokens(&history, est);
+    while !history.is_empty() && fixed + history_tokens > req.window_tokens {
         let n = if history.len() >= 2 { 2 } else { 1 };
         history.drain(..n);
         history_dropped += n;
+        history_tokens = message_tokens(&history, est);
     }
-    let context_budget = req
-        .window_tokens
-        .saturating_sub(fixed + message_tokens(&history, est));
+    let context_budget = req.window_tokens.saturating_sub(fixed + history_tokens);
     let sections = sections(req.editor, req.use_editor, req.query_type, req.hits);
-    let (context, reports) = budget::fit(&sections, context_budget, est);
+    let context = budget::fit(&sections, context_budget, est);
     let mut system = head;
-    if !context.is_empty() {
+    // The prompt's estimate from its parts (the context as fitted, the "\n\n" joining it):
+    // the same rule, without measuring the long system message again.
+    let mut estimated_tokens = fixed - req.answer_tokens + history_tokens;
+    if !context.text.is_empty() {
         system.push_str("\n\n");
-        system.push_str(context.trim_end());
+        system.push_str(context.text.trim_end());
+        estimated_tokens += est.tokens("\n\n") + context.tokens;
     }
-    let can_shrink = !context.is_empty() || !history.is_empty();
+    let can_shrink = !context.text.is_empty() || !history.is_empty();
     let mut messages = Vec::with_capacity(1 + history.len() + req.messages.len());
     messages.push(Message::text(Role::System, system));
     messages.extend(history);
     messages.extend(req.messages);
-    let estimated_tokens = message_tokens(&messages, est) + est.tokens(req.tools) + PROMPT_OVERHEAD;
     Assembled {
         messages,
-        sections: reports,
+        sections: context.reports,
         context_budget,
         history_dropped,
         estimated_tokens,
@@ -304,5 +307,32 @@ mod tests {
             .starts_with(&format!("turn {}", out.history_dropped)));
         assert!(out.estimated_tokens + 512 <= 1200);
         assert!(out.can_shrink);
+    }
+
+    #[test]
+    fn the_estimate_from_parts_is_the_whole_prompts_within_a_few_tokens() {
+        let prompts = Prompts::built_in();
+        let ed = editor();
+        for scale in [1.0, 0.7, 1.6] {
+            let mut req = request(&prompts, &ed, true, QueryType::Retrieval);
+            req.estimate = Estimator { scale };
+            req.history = vec![
+                Message::text(Role::User, "la última pregunta, ¿qué hace?"),
+                Message::text(Role::Assistant, "Declara   una variable."),
+            ];
+            let out = assemble(req);
+            let est = Estimator { scale };
+            let measured = out
+                .messages
+                .iter()
+                .map(|m| est.tokens(&m.content) + MESSAGE_OVERHEAD)
+                .sum::<usize>()
+                + PROMPT_OVERHEAD;
+            assert!(
+                (measured..=measured + 8).contains(&out.estimated_tokens),
+                "scale {scale}: {} estimated from parts, {measured} measured whole",
+                out.estimated_tokens
+            );
+        }
     }
 }

@@ -329,10 +329,6 @@ impl Pipeline {
             session_id,
             editor,
         } = turn;
-        // The assistant streams from the upstream whatever the client takes: a stream
-        // that closes before its first word is how llama.cpp's server says "too long",
-        // and the retry with less context depends on seeing it.
-        request.whole = false;
         let messages = client_messages(std::mem::replace(&mut request.input, Input::Chat(vec![])));
         let query = messages
             .iter()
@@ -390,7 +386,7 @@ impl Pipeline {
             tools: &tools,
             estimate: self.estimator(),
         };
-        let (assembled, smaller, counted) = self.assemble(base).await?;
+        let (assembled, smaller, counted, prompt_tokens) = self.assemble(base).await?;
         request.model = self.config.upstream_model.clone();
         request.input = Input::Chat(assembled);
         // The shared upstream's model is the gateway's to load: no reloads, no other
@@ -419,8 +415,12 @@ impl Pipeline {
             // An empty stream means "too long" only when the prompt was not counted.
             on_close: !counted,
         });
-        self.generate(request, retry, &hits, memory, clock, started)
-            .await
+        let prompt = Prompt {
+            request,
+            tokens: prompt_tokens,
+            retry,
+        };
+        self.generate(prompt, &hits, memory, clock, started).await
     }
 
     /// Session: waits for the session's earlier turns to finish (at most
@@ -556,11 +556,12 @@ impl Pipeline {
     /// then checked: cut further while the count is over), else estimated. Also, for a
     /// prompt that fills most of the window, a smaller one (half the room for context) to
     /// retry with if the upstream still finds it too long. An error when even the client's
-    /// own messages and the answer do not fit.
+    /// own messages and the answer do not fit. Also whether the prompt was counted, and
+    /// its size (counted, else estimated).
     async fn assemble(
         &self,
         request: assemble::Request<'_>,
-    ) -> Result<(Vec<Message>, Option<Vec<Message>>, bool), GatewayError> {
+    ) -> Result<(Vec<Message>, Option<Vec<Message>>, bool, usize), GatewayError> {
         let t = Instant::now();
         let window = request.window_tokens;
         let answer = request.answer_tokens;
@@ -651,7 +652,8 @@ impl Pipeline {
             "stage"
         );
         telemetry::stage("assemble", t.elapsed());
-        Ok((assembled.messages, smaller, counted.is_some()))
+        let tokens = counted.unwrap_or(assembled.estimated_tokens);
+        Ok((assembled.messages, smaller, counted.is_some(), tokens))
     }
 
     /// The prompt's tokens by the upstream's tokenizer, chat template included; `None`
@@ -709,14 +711,17 @@ impl Pipeline {
     /// the prompt too long, the retry's smaller one is sent instead, once.
     async fn generate(
         &self,
-        request: UpstreamRequest,
-        retry: Option<Retry>,
+        prompt: Prompt,
         hits: &[Scored],
         memory: Option<Memory>,
         clock: Arc<UpstreamClock>,
         started: Instant,
     ) -> Result<EventStream, GatewayError> {
-        let prompt_estimate = estimate_tokens(&request.input);
+        let Prompt {
+            request,
+            tokens,
+            retry,
+        } = prompt;
         let sources: Vec<Source> = hits.iter().map(Source::of).collect();
         let chunks = match clock.time(self.chat.stream(request)).await {
             // The upstream said so, or (llama-cpp-python, on an uncounted prompt) ended
@@ -739,7 +744,7 @@ impl Pipeline {
         Ok(answer_events(
             chunks,
             self.upstream(clock),
-            prompt_estimate,
+            tokens as u64,
             Some(Assistant {
                 sources,
                 cite: self.config.cite_sources,
@@ -926,6 +931,14 @@ struct Assistant {
     cite: bool,
     memory: Option<Memory>,
     started: Instant,
+}
+
+/// The assistant's prompt, as it goes to the upstream.
+struct Prompt {
+    request: UpstreamRequest,
+    /// Its size (counted, else estimated), for upstreams that report no usage.
+    tokens: usize,
+    retry: Option<Retry>,
 }
 
 /// A shorter prompt for when the upstream finds the first one too long.

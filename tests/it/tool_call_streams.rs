@@ -1,6 +1,6 @@
 //! Tool calls reach every client whole and once, whatever form the upstream streams them
 //! in. llama.cpp's server (llama-cpp-python) repeats the call's id and whole name in every
-//! delta, with the arguments in pieces; gathered naively, a non-streaming client got the
+//! delta, with the arguments in pieces; gathered naively, a client got the
 //! name `get_weatherget_weatherget_weather…`. Checked against a scripted upstream that
 //! streams exactly that shape, and against the real server.
 
@@ -97,59 +97,43 @@ async fn a_llama_cpp_tool_call_stream_reaches_every_client_whole() {
         body: llama_cpp_tool_call_sse(UPSTREAM_MODEL),
     };
 
-    // OpenAI, not streamed: one call, named once, its arguments whole. (The assistant
-    // streams from the upstream whatever its client takes; a passthrough model asked
-    // for a whole answer is asked whole: see below.)
-    up.push(reply());
-    let (status, _, text) = post(
-        &gw.url("/v1/chat/completions"),
-        tool_request("brunix", false),
-    )
-    .await;
-    assert_eq!(status, 200, "{text}");
-    let v: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
-    let calls = v["choices"][0]["message"]["tool_calls"].as_array().unwrap();
-    assert_eq!(calls.len(), 1, "{calls:?}");
-    assert_eq!(calls[0]["id"], CALL_ID);
-    assert_eq!(calls[0]["function"]["name"], "get_weather");
-    let arguments: Value =
-        serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
-    assert_eq!(arguments, json!({"city": "Paris"}));
-    let sent = up.last_request().body;
-    assert_eq!(sent["tools"][0]["function"]["name"], "get_weather");
-    assert_eq!(sent["tool_choice"]["function"]["name"], "get_weather");
+    // OpenAI, streamed (a passthrough model, and the assistant): put together as the
+    // SDKs do, one call, named once, its arguments whole.
+    for model in [UPSTREAM_MODEL, "brunix"] {
+        up.push(reply());
+        let (status, _, text) =
+            post(&gw.url("/v1/chat/completions"), tool_request(model, true)).await;
+        assert_eq!(status, 200, "{text}");
+        let calls = openai_stream_calls(&text);
+        assert_eq!(calls.len(), 1, "{model}: {calls:?}");
+        assert_eq!(
+            (calls[0].0.as_str(), calls[0].1.as_str()),
+            (CALL_ID, "get_weather")
+        );
+        let arguments: Value = serde_json::from_str(&calls[0].2).unwrap();
+        assert_eq!(arguments, json!({"city": "Paris"}));
+        let sent = up.last_request().body;
+        assert_eq!(sent["tools"][0]["function"]["name"], "get_weather");
+        assert_eq!(sent["tool_choice"]["function"]["name"], "get_weather");
+    }
 
-    // OpenAI, streamed: put together as the SDKs do, the same call.
+    // Ollama, streamed: each call once, with its arguments as an object.
     up.push(reply());
-    let (status, _, text) = post(
-        &gw.url("/v1/chat/completions"),
-        tool_request(UPSTREAM_MODEL, true),
-    )
-    .await;
+    let (status, _, text) = post(&gw.url("/api/chat"), tool_request("brunix", true)).await;
     assert_eq!(status, 200, "{text}");
-    let calls = openai_stream_calls(&text);
-    assert_eq!(calls.len(), 1, "{calls:?}");
-    assert_eq!(
-        (calls[0].0.as_str(), calls[0].1.as_str()),
-        (CALL_ID, "get_weather")
-    );
-    let arguments: Value = serde_json::from_str(&calls[0].2).unwrap();
-    assert_eq!(arguments, json!({"city": "Paris"}));
-
-    // Ollama, not streamed: the call with its arguments as an object.
-    up.push(reply());
-    let (status, _, text) = post(&gw.url("/api/chat"), tool_request("brunix", false)).await;
-    assert_eq!(status, 200, "{text}");
-    let v: Value = serde_json::from_str(&text).unwrap();
-    let calls = v["message"]["tool_calls"].as_array().unwrap();
-    assert_eq!(calls.len(), 1, "{calls:?}");
+    let calls: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter_map(|v| v["message"]["tool_calls"].as_array().cloned())
+        .flatten()
+        .collect();
+    assert_eq!(calls.len(), 1, "{text}");
     assert_eq!(calls[0]["function"]["name"], "get_weather");
     assert_eq!(calls[0]["function"]["arguments"], json!({"city": "Paris"}));
 
-    // A passthrough model asked whole: the server's own whole answer, in the shape
-    // llama-cpp-python gives it (the call in `tool_calls` and again in the legacy
-    // `function_call`), reaches both dialects once.
+    // Asked whole (a passthrough model, and the assistant): the server's own whole
+    // answer, in the shape llama-cpp-python gives it (the call in `tool_calls` and again
+    // in the legacy `function_call`), reaches both dialects once.
     let whole = json!({"id": "chatcmpl-1fc5d534", "object": "chat.completion",
         "created": 1795498450, "model": UPSTREAM_MODEL,
         "choices": [{"index": 0, "logprobs": null, "finish_reason": "tool_calls",
@@ -158,12 +142,17 @@ async fn a_llama_cpp_tool_call_stream_reaches_every_client_whole() {
                 "tool_calls": [{"id": CALL_ID, "type": "function",
                     "function": {"name": "get_weather", "arguments": "{ \"city\": \"Paris\" }"}}]}}],
         "usage": {"prompt_tokens": 180, "completion_tokens": 9, "total_tokens": 189}});
-    for path in ["/v1/chat/completions", "/api/chat"] {
+    for (path, model) in [
+        ("/v1/chat/completions", UPSTREAM_MODEL),
+        ("/api/chat", UPSTREAM_MODEL),
+        ("/v1/chat/completions", "brunix"),
+        ("/api/chat", "brunix"),
+    ] {
         up.push(Reply::Raw {
             content_type: "application/json",
             body: whole.to_string(),
         });
-        let (status, _, text) = post(&gw.url(path), tool_request(UPSTREAM_MODEL, false)).await;
+        let (status, _, text) = post(&gw.url(path), tool_request(model, false)).await;
         assert_eq!(status, 200, "{text}");
         assert_eq!(up.last_request().body["stream"], false);
         let v: Value = serde_json::from_str(&text).unwrap();
@@ -184,9 +173,9 @@ async fn a_llama_cpp_tool_call_stream_reaches_every_client_whole() {
                 (calls, arguments)
             }
         };
-        assert_eq!(calls.len(), 1, "{path}: {text}");
+        assert_eq!(calls.len(), 1, "{path} {model}: {text}");
         assert_eq!(calls[0]["function"]["name"], "get_weather");
-        assert_eq!(arguments, json!({"city": "Paris"}), "{path}");
+        assert_eq!(arguments, json!({"city": "Paris"}), "{path} {model}");
     }
 }
 

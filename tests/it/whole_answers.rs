@@ -1,6 +1,6 @@
-//! A client that asks for a whole answer of a passthrough model gets it from the
-//! upstream's own non-streamed form (`"stream": false`), as a plain proxy would forward
-//! it; the assistant, and every streamed answer, still stream from the upstream.
+//! A client that asks for a whole answer, of a passthrough model or of the assistant,
+//! gets it from the upstream's own non-streamed form (`"stream": false`), as a plain
+//! proxy would forward it; every streamed answer still streams from the upstream.
 
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ fn chat(model: &str, stream: bool) -> Value {
 }
 
 #[tokio::test]
-async fn a_whole_answer_of_a_passthrough_model_is_asked_whole() {
+async fn a_whole_answer_is_asked_whole() {
     for provider in PROVIDERS {
         let up = ScriptedUpstream::start().await;
         let gw = Gateway::start(&up, provider, |s| s.assistant.passthrough = true).await;
@@ -68,16 +68,23 @@ async fn a_whole_answer_of_a_passthrough_model_is_asked_whole() {
         assert_eq!(v["response"], "gen");
         assert_eq!(up.last_request().body["stream"], false);
 
-        // A streamed answer, and the assistant's whole answer, stream from the upstream.
-        let (status, _, _) =
-            post(&gw.url("/v1/chat/completions"), chat(UPSTREAM_MODEL, true)).await;
-        assert_eq!(status, 200);
-        assert_eq!(up.last_request().body["stream"], true);
+        // A streamed answer streams from the upstream, the assistant's included; the
+        // assistant's whole answer is asked whole, in both dialects.
+        for model in [UPSTREAM_MODEL, "brunix"] {
+            let (status, _, _) = post(&gw.url("/v1/chat/completions"), chat(model, true)).await;
+            assert_eq!(status, 200);
+            assert_eq!(up.last_request().body["stream"], true, "{model}");
+        }
         let (status, _, text) = post(&gw.url("/v1/chat/completions"), chat("brunix", false)).await;
         assert_eq!(status, 200, "{text}");
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["choices"][0]["message"]["content"], "Hello from upstream");
-        assert_eq!(up.last_request().body["stream"], true);
+        assert_eq!(up.last_request().body["stream"], false);
+        let (status, _, text) = post(&gw.url("/api/chat"), chat("brunix", false)).await;
+        assert_eq!(status, 200, "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["message"]["content"], "Hello from upstream");
+        assert_eq!(up.last_request().body["stream"], false);
     }
 }
 

@@ -116,6 +116,17 @@ async fn an_empty_stream_after_a_long_prompt_is_retried_with_less_context() {
     assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "{body}");
     assert_eq!(sse_text(&events), "Hello from upstream");
     assert_eq!(chat_requests(&up).len(), 2);
+
+    // The same server asked for a whole answer (as the assistant asks for a client that
+    // does not stream) refuses with 400 instead: also retried once, with less context.
+    let (status, _, body) = post(&gw.url("/v1/chat/completions"), question("brunix", false)).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "Hello from upstream");
+    let chats = chat_requests(&up);
+    assert_eq!(chats.len(), 4);
+    assert_eq!(chats[2].body["stream"], false);
+    assert!(prompt_text(&chats[3]).len() < prompt_text(&chats[2]).len());
 }
 
 #[tokio::test]
