@@ -104,7 +104,12 @@ impl Default for Estimator {
 
 impl Estimator {
     pub fn tokens(&self, text: &str) -> usize {
-        (estimate_tokens(text) as f64 * self.scale).ceil() as usize
+        self.scaled(estimate_tokens(text))
+    }
+
+    /// An `estimate_tokens` figure, scaled.
+    fn scaled(&self, estimate: usize) -> usize {
+        (estimate as f64 * self.scale).ceil() as usize
     }
 }
 
@@ -152,11 +157,16 @@ pub fn fit(sections: &[Section], budget: usize, estimate: &Estimator) -> Fitted 
     let mut left = budget;
     for section in sections.iter().filter(|s| !s.entries.is_empty()) {
         let chars: usize = section.entries.iter().map(|e| e.body.chars().count()).sum();
-        let whole = render(section, None);
-        let whole_tokens = estimate.tokens(&whole);
+        // Each body measured once, for the whole section and for the share to cut.
+        let bodies: Vec<usize> = section
+            .entries
+            .iter()
+            .map(|e| estimate_tokens(e.body.trim_end()))
+            .collect();
+        let whole_tokens = estimate.scaled(whole_estimate(section, &bodies));
         if whole_tokens <= left {
             left -= whole_tokens;
-            out.push_str(&whole);
+            out.push_str(&render(section, None));
             reports.push(SectionReport {
                 tag: section.tag,
                 chars,
@@ -168,11 +178,7 @@ pub fn fit(sections: &[Section], budget: usize, estimate: &Estimator) -> Fitted 
         // Headers, tags and cut markers stay; the bodies share what remains.
         let frame_tokens = estimate.tokens(&render(section, Some(0.0))) + section.entries.len();
         let room = left.saturating_sub(frame_tokens);
-        let body_tokens: usize = section
-            .entries
-            .iter()
-            .map(|e| estimate.tokens(&e.body))
-            .sum();
+        let body_tokens = estimate.scaled(bodies.iter().sum());
         if room < MIN_USEFUL_TOKENS || chars == 0 {
             reports.push(SectionReport {
                 tag: section.tag,
@@ -184,12 +190,14 @@ pub fn fit(sections: &[Section], budget: usize, estimate: &Estimator) -> Fitted 
         }
         // Bodies are cut by characters; dense and sparse parts of a body even out.
         let mut ratio = (room as f64 / body_tokens.max(1) as f64).min(1.0);
-        let mut cut = render(section, Some(ratio));
-        while estimate.tokens(&cut) > left && ratio > 0.0 {
+        let (cut, cut_tokens) = loop {
+            let cut = render(section, Some(ratio));
+            let tokens = estimate.tokens(&cut);
+            if tokens <= left || ratio <= 0.0 {
+                break (cut, tokens);
+            }
             ratio = (ratio - 0.1).max(0.0);
-            cut = render(section, Some(ratio));
-        }
-        let cut_tokens = estimate.tokens(&cut);
+        };
         // Nothing of the bodies left (headers and markers only) is not worth sending.
         if cut_tokens > left || ratio <= 0.0 {
             reports.push(SectionReport {
@@ -215,6 +223,21 @@ pub fn fit(sections: &[Section], budget: usize, estimate: &Estimator) -> Fitted 
         reports,
         tokens: budget - left,
     }
+}
+
+/// `estimate_tokens` of `render(section, None)` from its parts, given each body's
+/// (trimmed) estimate: the rule counts no run of letters or spaces across a line break,
+/// so the parts, joined by line breaks, add up (to a token more a part at most, where
+/// each part rounds its letters of other scripts up).
+fn whole_estimate(section: &Section, bodies: &[usize]) -> usize {
+    let frame = estimate_tokens(&format!("<{0}>\n</{0}>\n\n", section.tag));
+    let headers: usize = section
+        .entries
+        .iter()
+        .filter(|e| !e.header.is_empty())
+        .map(|e| estimate_tokens(&e.header) + 1)
+        .sum();
+    frame + headers + bodies.iter().map(|b| b + 1).sum::<usize>()
 }
 
 /// `<tag>` entries `</tag>`; with `ratio`, each body cut to that share of its characters.
@@ -428,6 +451,27 @@ mod tests {
         #[test]
         fn arbitrary_text_is_estimated_as_by_the_rule(text in any::<String>()) {
             prop_assert_eq!(estimate_tokens(&text), estimate_by_chars(&text));
+        }
+
+        #[test]
+        fn a_section_is_estimated_by_its_parts_as_rendered_whole(
+            entries in prop::collection::vec(("[a-zé \n]{0,20}", "[ a-zñ\n.]{0,200}"), 1..5),
+            other in "[漢字]{0,3}",
+        ) {
+            let section = Section {
+                tag: "knowledge",
+                entries: entries
+                    .into_iter()
+                    .map(|(header, body)| Entry { header, body: format!("{body}{other}") })
+                    .collect(),
+            };
+            let bodies: Vec<usize> = section
+                .entries
+                .iter()
+                .map(|e| estimate_tokens(e.body.trim_end()))
+                .collect();
+            let (parts, whole) = (whole_estimate(&section, &bodies), estimate_tokens(&render(&section, None)));
+            prop_assert!((whole..=whole + 2 * section.entries.len()).contains(&parts), "{parts} by parts, {whole} whole");
         }
 
         #[test]
