@@ -17,76 +17,58 @@
 /// 1.05–1.5 times the real count on prose and code (JSON 1.13, dense Rust 1.17), where
 /// four characters a token read 0.43–0.92: too few, so prompts overflowed.
 pub fn estimate_tokens(text: &str) -> usize {
-    // Byte by byte (a prompt is estimated several times a turn): ASCII bytes as they are,
-    // a character decoded only where a byte is not ASCII.
+    // Byte by byte (a prompt is estimated several times a turn): ASCII as it is, a
+    // character decoded only where a byte is not ASCII.
     let bytes = text.as_bytes();
+    let n = bytes.len();
     let (mut tokens, mut other) = (0usize, 0usize);
     let mut i = 0;
-    while i < bytes.len() {
-        let start = i;
+    while i < n {
         let b = bytes[i];
         if b == b' ' {
-            while i < bytes.len() && bytes[i] == b' ' {
+            let start = i;
+            while i < n && bytes[i] == b' ' {
                 i += 1;
             }
             tokens += (i - start - 1).div_ceil(4);
             continue;
         }
-        let (letter, width) = letter_at(text, i);
-        if letter == Letter::Not {
-            i += width;
+        if b.is_ascii() && !b.is_ascii_alphabetic() {
             tokens += 1;
+            i += 1;
             continue;
         }
-        // A run of letters, Latin, accented or other.
+        // A run of letters (Latin, accented or other), or one character beyond ASCII.
+        let start = i;
         let (mut latin, mut accented) = (0usize, 0usize);
-        let mut letter = letter;
-        let mut width = width;
         loop {
-            match letter {
-                Letter::Latin => latin += 1,
-                Letter::Accented => accented += 1,
-                Letter::Other => other += 1,
-                Letter::Not => break,
+            while i < n && bytes[i].is_ascii_alphabetic() {
+                latin += 1;
+                i += 1;
             }
-            i += width;
-            if i >= bytes.len() {
+            if i >= n || bytes[i].is_ascii() {
                 break;
             }
-            (letter, width) = letter_at(text, i);
+            let c = text[i..].chars().next().unwrap_or(' ');
+            if !c.is_alphabetic() {
+                break;
+            }
+            match c as u32 {
+                0x80..=0x24f => accented += 1,
+                _ => other += 1,
+            }
+            i += c.len_utf8();
+        }
+        if i == start {
+            // No letter: one token for the character.
+            i += text[i..].chars().next().map_or(1, char::len_utf8);
+            tokens += 1;
+            continue;
         }
         tokens += (latin + accented).div_ceil(4) + accented;
     }
     // Other letters cost one and a half each, rounded up over the whole text.
     tokens + other + other.div_ceil(2)
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Letter {
-    Latin,
-    Accented,
-    Other,
-    Not,
-}
-
-/// What the character at byte `i` of `text` is (a char boundary), and its width.
-fn letter_at(text: &str, i: usize) -> (Letter, usize) {
-    let b = text.as_bytes()[i];
-    if b.is_ascii() {
-        let kind = if b.is_ascii_alphabetic() {
-            Letter::Latin
-        } else {
-            Letter::Not
-        };
-        return (kind, 1);
-    }
-    let c = text[i..].chars().next().unwrap_or(' ');
-    let kind = match c as u32 {
-        _ if !c.is_alphabetic() => Letter::Not,
-        0x80..=0x24f => Letter::Accented,
-        _ => Letter::Other,
-    };
-    (kind, c.len_utf8())
 }
 
 /// Token estimates scaled to what the upstream's tokenizer was seen to count (1.0: the

@@ -118,15 +118,16 @@ fn key(text: &str) -> [u8; 32] {
 #[async_trait]
 impl TokenCounter for UpstreamTokenizer {
     async fn count(&self, text: &str) -> Option<usize> {
-        let k = key(text);
-        if let Some(n) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&k) {
-            return Some(*n);
-        }
+        // An upstream known to have no tokenizer costs no hashing of the prompt.
         let known = match *self.known.lock().unwrap_or_else(|e| e.into_inner()) {
             Known::Found(e) => Some(e),
             Known::Missing(at) if at.elapsed() < RETRY_AFTER => return None,
             _ => None,
         };
+        let k = key(text);
+        if let Some(n) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&k) {
+            return Some(*n);
+        }
         let endpoint = match known {
             Some(e) => e,
             None => self.discover().await?,
