@@ -218,21 +218,25 @@ async fn failures_mid_stream_end_with_an_error_event() {
     for provider in PROVIDERS {
         let up = ScriptedUpstream::start().await;
         let gw = Gateway::start(&up, provider, |_| {}).await;
+        // The fault, what a stream's error event says, what a whole answer's error says.
         let faults = [
             (
                 Reply::DropAfter(vec!["partial".into()]),
                 "closed the stream",
+                "connection closed",
             ),
             (
                 Reply::ErrorAfter(vec!["partial".into()], "CUDA out of memory".into()),
+                "CUDA out of memory",
                 "CUDA out of memory",
             ),
             (
                 Reply::GarbageAfter(vec!["partial".into()]),
                 "invalid stream",
+                "sent an invalid",
             ),
         ];
-        for (fault, needle) in faults {
+        for (fault, needle, whole_needle) in faults {
             up.push(fault.clone());
             let (status, _, text) = post(&gw.url("/v1/chat/completions"),
                 json!({"model": "brunix", "stream": true, "messages": [{"role": "user", "content": "x"}]})).await;
@@ -263,15 +267,24 @@ async fn failures_mid_stream_end_with_an_error_event() {
                 "{provider:?}: {last}"
             );
 
-            // Not streaming: nothing was sent yet, so the client gets a proper error status.
-            up.push(fault);
-            let (status, _, text) = post(
-                &gw.url("/v1/chat/completions"),
-                json!({"model": "brunix", "messages": [{"role": "user", "content": "x"}]}),
-            )
-            .await;
+            // Not streaming: the upstream is asked for a whole answer and nothing was sent
+            // yet, so a fault is retried (llm.retries = 2: three attempts), and the client
+            // gets a proper error status when every attempt failed.
+            let whole = json!({"model": "brunix", "messages": [{"role": "user", "content": "x"}]});
+            up.push(fault.clone());
+            let (status, _, text) = post(&gw.url("/v1/chat/completions"), whole.clone()).await;
+            assert_eq!(status, 200, "{provider:?} {fault:?}: {text}");
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["choices"][0]["message"]["content"], "Hello from upstream");
+            for _ in 0..3 {
+                up.push(fault.clone());
+            }
+            let (status, _, text) = post(&gw.url("/v1/chat/completions"), whole).await;
             let e = openai_error(status, 502, &text);
-            assert!(e["message"].as_str().unwrap().contains(needle));
+            assert!(
+                e["message"].as_str().unwrap().contains(whole_needle),
+                "{provider:?}: {e}"
+            );
         }
     }
 }
