@@ -379,10 +379,7 @@ fn whole_chunks(body: &[u8], up: &Upstream) -> Vec<Result<Chunk, UpstreamError>>
         finish = FinishReason::ToolCalls;
         out.push(Ok(Chunk::ToolCalls(calls)));
     }
-    let usage = answer.usage.map(|u| Usage {
-        prompt_tokens: u.prompt_tokens.unwrap_or(0),
-        completion_tokens: u.completion_tokens.unwrap_or(0),
-    });
+    let usage = answer.usage.map(Usage::from);
     out.push(Ok(Chunk::Done { finish, usage }));
     out
 }
@@ -460,6 +457,15 @@ struct WireUsage {
     completion_tokens: Option<u64>,
 }
 
+impl From<WireUsage> for Usage {
+    fn from(u: WireUsage) -> Self {
+        Usage {
+            prompt_tokens: u.prompt_tokens.unwrap_or(0),
+            completion_tokens: u.completion_tokens.unwrap_or(0),
+        }
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct WireChoice<'a> {
     #[serde(default, borrow)]
@@ -496,10 +502,7 @@ impl SseState {
             return Err(up.error(UpstreamErrorKind::Stream, msg));
         }
         if let Some(u) = event.usage {
-            self.usage = Some(Usage {
-                prompt_tokens: u.prompt_tokens.unwrap_or(0),
-                completion_tokens: u.completion_tokens.unwrap_or(0),
-            });
+            self.usage = Some(u.into());
         }
         let mut out = Vec::new();
         let Some(choice) = event.choices.and_then(|c| c.into_iter().next()) else {
