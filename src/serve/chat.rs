@@ -6,6 +6,7 @@
 //! Each chat request is logged and measured here, once, when its answer ends (failed,
 //! finished, or dropped by a client that went away).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -172,11 +173,12 @@ fn rendered<R: Render>(
 type Rendering<T> = std::pin::Pin<Box<dyn futures::Stream<Item = T> + Send>>;
 
 /// A streamed answer the client must keep taking. Pieces that join ([`Piece::JOINS`]) and
-/// are ready at once are handed over as one. The server takes a piece from the body
-/// only when it can write it; a piece that waits longer than `write_timeout` to be taken
-/// means the client stopped reading (its buffers are full). A watchdog then drops the
-/// answer, as for a client that went away: the upstream request is cancelled, what was
-/// streamed is saved to the session, the stream slot and the session are freed.
+/// are ready at once, or within a round of the scheduler, are handed over as one. The
+/// server takes a piece from the body only when it can write it; a piece that waits
+/// longer than `write_timeout` to be taken means the client stopped reading (its buffers
+/// are full). A watchdog then drops the answer, as for a client that went away: the
+/// upstream request is cancelled, what was streamed is saved to the session, the stream
+/// slot and the session are freed.
 pub struct Watched<T> {
     slot: Arc<std::sync::Mutex<WatchedSlot<T>>>,
 }
@@ -186,9 +188,50 @@ struct WatchedSlot<T> {
     rendering: Option<Rendering<T>>,
     /// When the last piece was handed over and not yet followed by another poll.
     handed: Option<Instant>,
-    /// A piece taken from the rendering that did not join the batch handed over before
-    /// it: the next one.
+    /// What leaves next: a piece that did not join the batch handed over before it, or
+    /// a batch held back for a round of the scheduler.
     held: Option<T>,
+    /// The round a held batch waits for (`waiting`), shared with its waker.
+    round: Arc<Round>,
+    waiting: bool,
+}
+
+/// One round of the scheduler: its waker is deferred by the runtime until the tasks
+/// already woken have run (tokio's `yield_now`), then marks the round passed and wakes
+/// the answer's task.
+#[derive(Default)]
+struct Round {
+    passed: AtomicBool,
+    task: futures::task::AtomicWaker,
+}
+
+impl std::task::Wake for Round {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.passed.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl Round {
+    /// Starts a round that ends after the tasks already woken have run; `cx`'s task is
+    /// woken then.
+    fn start(self: &Arc<Self>, cx: &std::task::Context<'_>) {
+        self.passed.store(false, Ordering::Release);
+        self.task.register(cx.waker());
+        let waker = std::task::Waker::from(self.clone());
+        // A yield's first poll hands its waker to the runtime's deferred list; the
+        // future itself is not needed after that.
+        let _ = std::pin::pin!(tokio::task::yield_now())
+            .poll(&mut std::task::Context::from_waker(&waker));
+    }
+
+    fn passed(&self) -> bool {
+        self.passed.load(Ordering::Acquire)
+    }
 }
 
 impl<T: Piece> Watched<T> {
@@ -197,6 +240,8 @@ impl<T: Piece> Watched<T> {
             rendering: Some(rendering),
             handed: None,
             held: None,
+            round: Arc::default(),
+            waiting: false,
         }));
         let watched = Arc::downgrade(&slot);
         tokio::spawn(async move {
@@ -245,25 +290,51 @@ impl<T: Piece> futures::Stream for Watched<T> {
         let slot = &mut *slot;
         slot.handed = None;
         let mut batch = slot.held.take();
+        // Whether this poll took a piece from the rendering, and whether the batch is full.
+        let mut grew = false;
+        let mut full = false;
         while let Some(rendering) = slot.rendering.as_mut() {
             // Pieces that never join are taken one at a time.
             if batch.is_some() && !T::JOINS {
                 break;
             }
             match rendering.as_mut().poll_next(cx) {
-                Poll::Ready(Some(piece)) => match batch.as_mut() {
-                    None => batch = Some(piece),
-                    Some(batch) => {
-                        if let Some(next) = batch.join(piece) {
-                            slot.held = Some(next);
-                            break;
+                Poll::Ready(Some(piece)) => {
+                    grew = true;
+                    match batch.as_mut() {
+                        None => batch = Some(piece),
+                        Some(batch) => {
+                            if let Some(next) = batch.join(piece) {
+                                slot.held = Some(next);
+                                full = true;
+                                break;
+                            }
                         }
                     }
-                },
+                }
                 Poll::Ready(None) => slot.rendering = None,
                 Poll::Pending => break,
             }
         }
+        // A rendering that just gave pieces and then waits often waits for a task that
+        // is already woken: the upstream connection, which hands its body over one piece
+        // at a time although the whole answer may sit in its buffer. The batch is held
+        // back for a round of the scheduler (the tasks already woken run first), again
+        // while rounds bring more, and leaves after a round that brought nothing. One
+        // write then carries what a burst brought, not one write a piece. (A server may
+        // poll again at once, in the same round: that poll does not end the wait.)
+        if T::JOINS && !full && slot.rendering.is_some() && batch.is_some() {
+            let round_passed = slot.waiting && slot.round.passed();
+            if grew && (!slot.waiting || round_passed) {
+                slot.round.start(cx);
+                slot.waiting = true;
+            }
+            if grew || (slot.waiting && !round_passed) {
+                slot.held = batch;
+                return Poll::Pending;
+            }
+        }
+        slot.waiting = false;
         match batch {
             Some(batch) => {
                 slot.handed = Some(Instant::now());
@@ -445,12 +516,12 @@ mod tests {
     use bytes::Bytes;
 
     /// A rendering whose pieces come in bursts: each burst's pieces ready at once, a
-    /// wait (a pending poll) before each burst.
+    /// wait (20 ms) before each burst.
     fn bursts<T: Send + 'static>(bursts: Vec<Vec<T>>) -> Rendering<T> {
         Box::pin(
             futures::stream::iter(bursts)
                 .then(|burst| async move {
-                    tokio::task::yield_now().await;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                     futures::stream::iter(burst)
                 })
                 .flatten(),
@@ -479,6 +550,28 @@ mod tests {
                 b("data: 5\n\ndata: [DONE]\n\n")
             ]
         );
+    }
+
+    /// Pieces handed over one at a time by another task through a channel with room for
+    /// one (as the upstream connection hands over its body): each piece is ready only
+    /// after that task ran again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn pieces_another_task_hands_over_one_by_one_leave_in_one_write() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+        tokio::spawn(async move {
+            for i in 0..20 {
+                tx.send(Bytes::from(format!("data: {i}\n\n")))
+                    .await
+                    .unwrap();
+            }
+        });
+        let rendering: Rendering<Bytes> = Box::pin(futures::stream::unfold(rx, |mut rx| async {
+            rx.recv().await.map(|piece| (piece, rx))
+        }));
+        // On a task of its own, as a server runs a response body.
+        let got = tokio::spawn(handed(rendering)).await.unwrap();
+        let want: String = (0..20).map(|i| format!("data: {i}\n\n")).collect();
+        assert_eq!(got, [Bytes::from(want)]);
     }
 
     #[tokio::test]

@@ -83,6 +83,54 @@ async fn stream_chat_is_framed_as_sse_with_role_finish_and_done() {
     }
 }
 
+/// Tokens the upstream sends together reach the client together: the gateway (a real
+/// process, with its production runtime) does not write each one in a packet of its own,
+/// as it did while the upstream connection handed them over one at a time. (The upstream
+/// sends its 40 tokens as fast as it can; how many writes that takes depends on the
+/// machine's load, hence a bound of a quarter of the events, not one write.)
+#[tokio::test]
+async fn a_burst_of_tokens_leaves_in_a_few_writes() {
+    let words: Vec<String> = (0..40).map(|i| format!("w{i} ")).collect();
+    let tokens: Vec<&str> = words.iter().map(String::as_str).collect();
+    for provider in PROVIDERS {
+        let up = ScriptedUpstream::start().await;
+        up.set_default(Reply::tokens(&tokens));
+        let gw = Spawned::start(&up, provider, |s| s.assistant.passthrough = true).await;
+        for model in ["brunix", UPSTREAM_MODEL] {
+            let mut response = client()
+                .post(gw.url("/v1/chat/completions"))
+                .json(&json!({"model": model, "stream": true,
+                              "messages": [{"role": "user", "content": "Count."}]}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200, "{provider:?} {model}");
+            let (mut writes, mut body) = (0, Vec::new());
+            while let Some(piece) = response.chunk().await.unwrap() {
+                writes += 1;
+                body.extend_from_slice(&piece);
+            }
+            let events = sse_events(std::str::from_utf8(&body).unwrap());
+            assert_eq!(events.last().unwrap(), "[DONE]");
+            let text: String = events[..events.len() - 1]
+                .iter()
+                .map(|e| serde_json::from_str::<Value>(e).unwrap())
+                .filter_map(|c| {
+                    c["choices"][0]["delta"]["content"]
+                        .as_str()
+                        .map(str::to_string)
+                })
+                .collect();
+            assert_eq!(text, words.concat(), "{provider:?} {model}");
+            assert!(
+                writes * 4 <= events.len(),
+                "{provider:?} {model}: {writes} writes for {} events",
+                events.len()
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn include_usage_adds_one_usage_chunk_before_done() {
     for provider in PROVIDERS {
