@@ -112,16 +112,7 @@ async fn a_burst_of_tokens_leaves_in_a_few_writes() {
             }
             let events = sse_events(std::str::from_utf8(&body).unwrap());
             assert_eq!(events.last().unwrap(), "[DONE]");
-            let text: String = events[..events.len() - 1]
-                .iter()
-                .map(|e| serde_json::from_str::<Value>(e).unwrap())
-                .filter_map(|c| {
-                    c["choices"][0]["delta"]["content"]
-                        .as_str()
-                        .map(str::to_string)
-                })
-                .collect();
-            assert_eq!(text, words.concat(), "{provider:?} {model}");
+            assert_eq!(sse_text(&events), words.concat(), "{provider:?} {model}");
             assert!(
                 writes * 4 <= events.len(),
                 "{provider:?} {model}: {writes} writes for {} events",
