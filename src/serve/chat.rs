@@ -324,12 +324,12 @@ impl<T: Piece> futures::Stream for Watched<T> {
         // write then carries what a burst brought, not one write a piece. (A server may
         // poll again at once, in the same round: that poll does not end the wait.)
         if T::JOINS && !full && slot.rendering.is_some() && batch.is_some() {
-            let round_passed = slot.waiting && slot.round.passed();
-            if grew && (!slot.waiting || round_passed) {
+            let in_round = slot.waiting && !slot.round.passed();
+            if grew && !in_round {
                 slot.round.start(cx);
                 slot.waiting = true;
             }
-            if grew || (slot.waiting && !round_passed) {
+            if grew || in_round {
                 slot.held = batch;
                 return Poll::Pending;
             }
