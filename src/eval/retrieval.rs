@@ -2,8 +2,10 @@
 //! vectors alone and the hybrid, side by side.
 //!
 //! Dataset: one JSON object a line, `{"query", "relevant": [chunk ids or source files],
-//! "lang"?}`. A result is relevant when its chunk id or its source file is listed; each
-//! listed item is credited once (the first result that matches it).
+//! "lang"?, "kind"?}`. A result is relevant when its chunk id or its source file is
+//! listed; each listed item is credited once (the first result that matches it). Scores
+//! are reported for all queries, then per language and per kind (e.g. `cross` for a
+//! question whose answer is written only in the other language) when the cases say.
 
 use std::path::Path;
 
@@ -18,6 +20,8 @@ pub struct Case {
     pub relevant: Vec<String>,
     #[serde(default)]
     pub lang: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
 }
 
 pub fn load_dataset(path: &Path) -> anyhow::Result<Vec<Case>> {
@@ -42,6 +46,8 @@ pub fn load_dataset(path: &Path) -> anyhow::Result<Vec<Case>> {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Scores {
     pub mode: String,
+    /// `all`, `lang=<code>` or `kind=<kind>`.
+    pub group: String,
     pub queries: usize,
     pub recall_at_k: f64,
     pub mrr_at_10: f64,
@@ -94,55 +100,91 @@ pub fn query_metrics(results: &[Scored], relevant: &[String], k: usize) -> (f64,
     (recall, rr, dcg / ideal)
 }
 
-/// Runs every case through each mode.
+/// Runs every case through each mode: the scores of all cases, then of each language and
+/// each kind the cases name (in order of first appearance).
 pub async fn evaluate(
     retriever: &Retriever,
     cases: &[Case],
     k: usize,
     modes: &[Mode],
 ) -> anyhow::Result<Vec<Scores>> {
+    let mut groups: Vec<String> = vec!["all".to_string()];
+    for case in cases {
+        let named = [("lang", &case.lang), ("kind", &case.kind)];
+        for (what, value) in named {
+            if let Some(v) = value {
+                let g = format!("{what}={v}");
+                if !groups.contains(&g) {
+                    groups.push(g);
+                }
+            }
+        }
+    }
+    let in_group = |case: &Case, group: &str| match group.split_once('=') {
+        Some(("lang", v)) => case.lang.as_deref() == Some(v),
+        Some(("kind", v)) => case.kind.as_deref() == Some(v),
+        _ => true,
+    };
     let mut out = Vec::new();
     for &mode in modes {
-        let (mut recall, mut mrr, mut ndcg) = (0.0, 0.0, 0.0);
+        let mut per_case = Vec::with_capacity(cases.len());
         for case in cases {
             let results = retriever.search_top(&case.query, mode, k.max(10)).await?;
-            let (r, rr, n) = query_metrics(&results, &case.relevant, k);
-            recall += r;
-            mrr += rr;
-            ndcg += n;
+            per_case.push(query_metrics(&results, &case.relevant, k));
         }
-        let n = cases.len().max(1) as f64;
-        out.push(Scores {
-            mode: match mode {
-                Mode::Lexical => "bm25",
-                Mode::Dense => "vectors",
-                Mode::Hybrid => "hybrid",
+        let mode = match mode {
+            Mode::Lexical => "bm25",
+            Mode::Dense => "vectors",
+            Mode::Hybrid => "hybrid",
+        };
+        for group in &groups {
+            let (mut recall, mut mrr, mut ndcg, mut queries) = (0.0, 0.0, 0.0, 0);
+            for (case, (r, rr, n)) in cases.iter().zip(&per_case) {
+                if in_group(case, group) {
+                    recall += r;
+                    mrr += rr;
+                    ndcg += n;
+                    queries += 1;
+                }
             }
-            .to_string(),
-            queries: cases.len(),
-            recall_at_k: recall / n,
-            mrr_at_10: mrr / n,
-            ndcg_at_10: ndcg / n,
-        });
+            let n = queries.max(1) as f64;
+            out.push(Scores {
+                mode: mode.to_string(),
+                group: group.clone(),
+                queries,
+                recall_at_k: recall / n,
+                mrr_at_10: mrr / n,
+                ndcg_at_10: ndcg / n,
+            });
+        }
     }
     Ok(out)
 }
 
-/// The scores as a plain-text table.
+/// The scores as a plain-text table, grouped by query group, modes side by side.
 pub fn table(scores: &[Scores], k: usize) -> String {
     let mut s = format!(
-        "{:<8} {:>7} {:>10} {:>8} {:>9}\n",
+        "{:<12} {:<8} {:>7} {:>10} {:>8} {:>9}\n",
+        "group",
         "mode",
         "queries",
         format!("recall@{k}"),
         "MRR@10",
         "nDCG@10"
     );
+    let mut groups: Vec<&str> = Vec::new();
     for x in scores {
-        s.push_str(&format!(
-            "{:<8} {:>7} {:>10.3} {:>8.3} {:>9.3}\n",
-            x.mode, x.queries, x.recall_at_k, x.mrr_at_10, x.ndcg_at_10
-        ));
+        if !groups.contains(&x.group.as_str()) {
+            groups.push(&x.group);
+        }
+    }
+    for group in groups {
+        for x in scores.iter().filter(|x| x.group == group) {
+            s.push_str(&format!(
+                "{:<12} {:<8} {:>7} {:>10.3} {:>8.3} {:>9.3}\n",
+                x.group, x.mode, x.queries, x.recall_at_k, x.mrr_at_10, x.ndcg_at_10
+            ));
+        }
     }
     s
 }

@@ -16,6 +16,7 @@ use super::dialect::{ApiError, Ollama, OpenAi};
 use super::AppState;
 use crate::config::ServerSettings;
 use crate::error::GatewayError;
+use crate::llm::TextKind;
 use crate::serve::bounds::{check_count, check_length};
 
 #[derive(Deserialize)]
@@ -26,6 +27,10 @@ pub(super) struct OpenAiRequest {
     encoding_format: Option<String>,
     #[serde(default)]
     dimensions: Option<usize>,
+    /// `"query"` (the default) or `"passage"` / `"document"`: what the texts are to a model
+    /// that tells them apart (e5); the others read both alike.
+    #[serde(default)]
+    input_type: Option<String>,
     #[serde(default)]
     #[allow(dead_code)]
     user: Option<Value>,
@@ -85,6 +90,7 @@ async fn embed(
     state: &AppState,
     model: &str,
     texts: &[String],
+    kind: TextKind,
 ) -> Result<Vec<Vec<f32>>, GatewayError> {
     let Ok(_slot) = state.embedding_slots.clone().try_acquire_owned() else {
         metrics::counter!("assist_rate_limited_total", "limit" => "embeddings").increment(1);
@@ -106,7 +112,7 @@ async fn embed(
             state.settings.embeddings.model
         )));
     }
-    Ok(embedder.embed(texts).await?)
+    Ok(embedder.embed(texts, kind).await?)
 }
 
 /// The embedding model answers to the name it is served under (`embeddings.model`, or the
@@ -143,8 +149,19 @@ pub(super) async fn openai(
             .into())
         }
     };
+    let kind = match req.input_type.as_deref() {
+        None | Some("query") => TextKind::Query,
+        Some("passage" | "document") => TextKind::Passage,
+        Some(other) => {
+            return Err(GatewayError::invalid(
+                "input_type",
+                format!("input_type '{other}' is not 'query', 'passage' or 'document'"),
+            )
+            .into())
+        }
+    };
     let texts = texts(req.input, &state.settings.server)?;
-    let vectors = embed(&state, &req.model, &texts).await?;
+    let vectors = embed(&state, &req.model, &texts, kind).await?;
     if let (Some(d), Some(first)) = (req.dimensions, vectors.first()) {
         if first.len() != d {
             return Err(GatewayError::invalid(
@@ -182,7 +199,7 @@ pub(super) async fn ollama_embed(
 ) -> Result<Json<Value>, ApiError<Ollama>> {
     let started = Instant::now();
     let texts = texts(req.input, &state.settings.server)?;
-    let vectors = embed(&state, &req.model, &texts).await?;
+    let vectors = embed(&state, &req.model, &texts, TextKind::Query).await?;
     Ok(Json(json!({
         "model": req.model,
         "embeddings": vectors,
@@ -197,7 +214,7 @@ pub(super) async fn ollama_legacy(
     body::Json(req, _): body::Json<OllamaLegacyRequest, Ollama>,
 ) -> Result<Json<Value>, ApiError<Ollama>> {
     check_length(&state.settings.server, "prompt", req.prompt.chars().count())?;
-    let mut vectors = embed(&state, &req.model, &[req.prompt]).await?;
+    let mut vectors = embed(&state, &req.model, &[req.prompt], TextKind::Query).await?;
     Ok(Json(
         json!({"embedding": vectors.pop().unwrap_or_default()}),
     ))

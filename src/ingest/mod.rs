@@ -18,7 +18,7 @@ use anyhow::{anyhow, Context};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::llm::Embedder;
+use crate::llm::{Embedder, TextKind};
 use crate::retrieval::{KnowledgeChunk, LexicalIndex, VectorPoint, VectorStore};
 use chunk::ChunkConfig;
 
@@ -234,7 +234,7 @@ impl Ingestor {
         let texts: Vec<String> = chunks.iter().map(|c| embedding_text(c)).collect();
         let vectors = dense
             .embedder
-            .embed(&texts)
+            .embed(&texts, TextKind::Passage)
             .await
             .map_err(|e| anyhow!("embedding failed: {e}"))?;
         let dimension = vectors.first().map_or(0, Vec::len);

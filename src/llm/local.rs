@@ -14,7 +14,7 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
-use super::{embed_in_batches, Embedder, UpstreamError, UpstreamErrorKind};
+use super::{embed_in_batches, Embedder, TextKind, UpstreamError, UpstreamErrorKind};
 use crate::config::{EmbeddingProvider, EmbeddingSettings};
 
 /// sentence-transformers truncates these models at 256 tokens.
@@ -33,8 +33,7 @@ pub struct LocalEmbedder {
     name: String,
     folder: PathBuf,
     batch: usize,
-    /// Batches running on the CPU at once.
-    runs: Arc<tokio::sync::Semaphore>,
+    runs: CpuRuns,
 }
 
 impl LocalEmbedder {
@@ -85,8 +84,6 @@ impl LocalEmbedder {
         .context("model.safetensors")?;
         let bert =
             BertModel::load(vars, &config).context("model.safetensors does not fit config.json")?;
-        // One batch at a time per core: the model's matrix work is CPU-bound.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let name = model_name(folder);
         tracing::info!(model = %name, folder = %folder.display(), "local embedding model loaded");
         Ok(Self {
@@ -98,7 +95,7 @@ impl LocalEmbedder {
             name,
             folder: folder.to_path_buf(),
             batch,
-            runs: Arc::new(tokio::sync::Semaphore::new(cores)),
+            runs: CpuRuns::per_core(),
         })
     }
 }
@@ -123,7 +120,12 @@ pub fn model_name(folder: &Path) -> String {
 /// when it is set; for the local embedder otherwise the model's own name.
 pub fn served_name(settings: &EmbeddingSettings) -> String {
     match (&settings.provider, &settings.path) {
-        (EmbeddingProvider::Local, Some(folder)) if !settings.model_is_set() => model_name(folder),
+        (EmbeddingProvider::Local, Some(path)) if !settings.model_is_set() => {
+            match super::e5::model_file(path) {
+                Some(_) => super::e5::MODEL_NAME.to_string(),
+                None => model_name(path),
+            }
+        }
         _ => settings.model.clone(),
     }
 }
@@ -211,35 +213,61 @@ impl Embedder for LocalEmbedder {
         format!("local {} in {}", self.name, self.folder.display())
     }
 
-    /// Batch by batch, each on a blocking thread holding one of the model's run slots
-    /// until it ends: a request dropped mid-way stops before its next batch, and the one
-    /// already running still counts against the CPU the model may take.
-    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, UpstreamError> {
-        embed_in_batches(texts, self.batch, |part| {
-            let model = self.model.clone();
-            let runs = self.runs.clone();
-            async move {
-                let run = runs.acquire_owned().await.map_err(|e| {
-                    UpstreamError::new(UpstreamErrorKind::Stream, "local embedder", e.to_string())
-                })?;
-                tokio::task::spawn_blocking(move || {
-                    let _run = run;
-                    model.embed(&part)
-                })
-                .await
-                .map_err(|e| anyhow!("the embedding task failed: {e}"))
-                .and_then(|r| r)
-                .map_err(|e| {
-                    UpstreamError::new(
-                        UpstreamErrorKind::Stream,
-                        "local embedder",
-                        format!("{e:#}"),
-                    )
-                })
-            }
+    /// The model reads text as it is: a query and a passage are embedded alike.
+    async fn embed(&self, texts: &[String], _: TextKind) -> Result<Vec<Vec<f32>>, UpstreamError> {
+        let model = self.model.clone();
+        embed_on_cpu(texts, self.batch, &self.runs, move |part| {
+            model.embed(&part)
         })
         .await
     }
+}
+
+/// The run slots of a model computed in process: one batch at a time per core, since its
+/// matrix work is CPU-bound.
+#[derive(Clone)]
+pub(super) struct CpuRuns(Arc<tokio::sync::Semaphore>);
+
+impl CpuRuns {
+    pub(super) fn per_core() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self(Arc::new(tokio::sync::Semaphore::new(cores)))
+    }
+}
+
+/// Embeds batch by batch, each on a blocking thread holding one of the model's run slots
+/// until it ends: a request dropped mid-way stops before its next batch, and the one
+/// already running still counts against the CPU the model may take.
+pub(super) async fn embed_on_cpu<F>(
+    texts: &[String],
+    batch: usize,
+    runs: &CpuRuns,
+    embed: F,
+) -> Result<Vec<Vec<f32>>, UpstreamError>
+where
+    F: Fn(Vec<String>) -> anyhow::Result<Vec<Vec<f32>>> + Clone + Send + 'static,
+{
+    embed_in_batches(texts, batch, |part| {
+        let runs = runs.0.clone();
+        let embed = embed.clone();
+        async move {
+            let failed =
+                |e: String| UpstreamError::new(UpstreamErrorKind::Stream, "local embedder", e);
+            let run = runs
+                .acquire_owned()
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            tokio::task::spawn_blocking(move || {
+                let _run = run;
+                embed(part)
+            })
+            .await
+            .map_err(|e| anyhow!("the embedding task failed: {e}"))
+            .and_then(|r| r)
+            .map_err(|e| failed(format!("{e:#}")))
+        }
+    })
+    .await
 }
 
 #[cfg(test)]

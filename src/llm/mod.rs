@@ -1,6 +1,7 @@
 //! The upstream language model: the `ChatModel` port, the neutral request and chunk
 //! types every adapter speaks, and the adapters (Ollama native, OpenAI-compatible).
 
+pub mod e5;
 mod http;
 pub mod local;
 pub mod ollama;
@@ -317,13 +318,26 @@ impl UpstreamProbe {
     }
 }
 
+/// What a text is to the embedder. Models trained with instructions (e5) embed a search
+/// query and a passage to be found differently; the others read both alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextKind {
+    Query,
+    Passage,
+}
+
 /// Turns texts into dense vectors (one per text, all of the same dimension).
 #[async_trait]
 pub trait Embedder: Send + Sync {
     /// What produces the vectors (for logs, readiness and the vector store's metadata).
     fn describe(&self) -> String;
+    /// The languages the model reads well (codes), for `embeddings.languages` left empty.
+    fn languages(&self) -> &'static [&'static str] {
+        &["en"]
+    }
     /// Embeds the texts in order; adapters split large inputs into batches.
-    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, UpstreamError>;
+    async fn embed(&self, texts: &[String], kind: TextKind)
+        -> Result<Vec<Vec<f32>>, UpstreamError>;
 }
 
 /// Runs `call` over `texts` in batches of `batch` and checks every answer has one
@@ -536,10 +550,13 @@ pub fn embedder_from_settings(
         (EmbeddingProvider::Local, None) => {
             anyhow::bail!("embeddings.path: the local embedder needs the model folder")
         }
-        (EmbeddingProvider::Local, Some(path)) => Some(Arc::new(local::LocalEmbedder::load(
-            path,
-            settings.batch_size,
-        )?)),
+        (EmbeddingProvider::Local, Some(path)) => match e5::model_file(path) {
+            Some(file) => Some(Arc::new(e5::E5Embedder::load(&file, settings.batch_size)?)),
+            None => Some(Arc::new(local::LocalEmbedder::load(
+                path,
+                settings.batch_size,
+            )?)),
+        },
         (EmbeddingProvider::Ollama, _) => Some(Arc::new(ollama::OllamaEmbedder::new(
             client()?,
             &settings.model,

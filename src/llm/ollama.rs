@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 use super::http::{error_in_json, Upstream};
 use super::{
     embed_in_batches, ChatModel, Chunk, ChunkStream, Embedder, FinishReason, GenParams, Input,
-    Message, ModelCard, Role, ToolCall, UpstreamError, UpstreamErrorKind, UpstreamModel,
+    Message, ModelCard, Role, TextKind, ToolCall, UpstreamError, UpstreamErrorKind, UpstreamModel,
     UpstreamRequest, Usage,
 };
 
@@ -291,7 +291,7 @@ impl Embedder for OllamaEmbedder {
         format!("ollama {} at {}", self.model, self.up.shown())
     }
 
-    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, UpstreamError> {
+    async fn embed(&self, texts: &[String], _: TextKind) -> Result<Vec<Vec<f32>>, UpstreamError> {
         embed_in_batches(texts, self.batch, |input| async move {
             let body = json!({"model": self.model, "input": input});
             let response = self.up.send(self.up.post_json("/api/embed", &body)).await?;

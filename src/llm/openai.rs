@@ -10,7 +10,8 @@ use serde_json::{json, Map, Value};
 use super::http::{bounded_events, error_text, whole_body, Upstream};
 use super::{
     embed_in_batches, ChatModel, Chunk, ChunkStream, Embedder, FinishReason, Input, Message,
-    ModelCard, ToolCall, UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamRequest, Usage,
+    ModelCard, TextKind, ToolCall, UpstreamError, UpstreamErrorKind, UpstreamModel,
+    UpstreamRequest, Usage,
 };
 
 pub struct OpenAiChat {
@@ -210,7 +211,7 @@ impl Embedder for OpenAiEmbedder {
         format!("openai {} at {}", self.model, self.up.shown())
     }
 
-    async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, UpstreamError> {
+    async fn embed(&self, texts: &[String], _: TextKind) -> Result<Vec<Vec<f32>>, UpstreamError> {
         embed_in_batches(texts, self.batch, |input| async move {
             let body = json!({"model": self.model, "input": input, "encoding_format": "float"});
             let response = self

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::fusion::{rrf, Ranked};
 use super::{DocType, Hit, KnowledgeChunk, Lang, LexicalIndex, VectorStore};
 use crate::config::RetrievalSettings;
-use crate::llm::Embedder;
+use crate::llm::{Embedder, TextKind};
 use crate::telemetry;
 
 /// A BM25 search over at most this many chunks, of a question of at most
@@ -134,7 +134,7 @@ impl Retriever {
         let name = embedder.describe();
         let probe_text = ["readiness probe".to_string()];
         let (probe, count) = tokio::join!(
-            tokio::time::timeout(wait, embedder.embed(&probe_text)),
+            tokio::time::timeout(wait, embedder.embed(&probe_text, TextKind::Query)),
             tokio::time::timeout(wait, store.count()),
         );
         let mut failure = None;
@@ -362,7 +362,7 @@ impl Retriever {
     /// The query's vector, or `None` (and degraded) when the embedder fails.
     async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
         let (embedder, _) = self.dense.as_ref()?;
-        match embedder.embed(&[query.to_string()]).await {
+        match embedder.embed(&[query.to_string()], TextKind::Query).await {
             Ok(mut v) if !v.is_empty() => Some(v.swap_remove(0)),
             Ok(_) => {
                 self.degrade(format!("{} returned no vector", embedder.describe()));

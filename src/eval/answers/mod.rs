@@ -19,7 +19,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::context::EditorContext;
 use crate::error::GatewayError;
-use crate::llm::{Embedder, GenParams, Input, Message, Role, UpstreamError, UpstreamRequest};
+use crate::llm::{
+    Embedder, GenParams, Input, Message, Role, TextKind, UpstreamError, UpstreamRequest,
+};
 use crate::pipeline::{ChatTurn, Pipeline, Source};
 use judge::{Judge, JudgeStats, Judged};
 
@@ -522,7 +524,10 @@ impl Evaluator<'_> {
         if let Some(embedder) = &self.embedder {
             let mut texts = vec![g.question.clone()];
             texts.extend(questions.iter().cloned());
-            let vectors = embedder.embed(&texts).await.map_err(EvalError::Embed)?;
+            let vectors = embedder
+                .embed(&texts, TextKind::Query)
+                .await
+                .map_err(EvalError::Embed)?;
             return Ok(Judged::Ok(metrics::relevancy_by_embeddings(
                 &vectors[0],
                 &vectors[1..],
