@@ -18,15 +18,15 @@ fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
 
-/// Runs the real `assist-gateway ingest` on these settings and roots; what it prints.
-fn ingest(settings: &Settings, roots: &[&Path]) -> String {
+/// Runs the real `assist-gateway COMMAND --config <settings> ARGS…`; what it prints.
+fn run(settings: &Settings, command: &[&str], args: &[&Path]) -> String {
     let config = settings.data_dir.join("ingest.toml");
     std::fs::write(&config, toml::to_string(settings).unwrap()).unwrap();
     let out = std::process::Command::new(gateway_binary())
-        .arg("ingest")
+        .args(command)
         .arg("--config")
         .arg(&config)
-        .args(roots)
+        .args(args)
         .env_remove("RUST_LOG")
         .output()
         .unwrap();
@@ -37,6 +37,20 @@ fn ingest(settings: &Settings, roots: &[&Path]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// Runs the real `assist-gateway ingest` on these settings and roots; what it prints.
+fn ingest(settings: &Settings, roots: &[&Path]) -> String {
+    run(settings, &["ingest"], roots)
+}
+
+/// The ls manual page in Spanish and in English, in folders `man-es` and `man-en`.
+fn translations() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let corpus = tempfile::tempdir().unwrap();
+    let (es, en) = (corpus.path().join("man-es"), corpus.path().join("man-en"));
+    write(&es.join("ls.1.txt"), LS_ES);
+    write(&en.join("ls.1.txt"), LS_EN);
+    (corpus, es, en)
 }
 
 /// The summary's "(files) … : N chunks written, M in the index" as (files part, N, M).
@@ -78,10 +92,7 @@ async fn sources(gw: &Gateway) -> Vec<String> {
 async fn two_roots_with_the_same_file_names_keep_both() {
     let up = ScriptedUpstream::start().await;
     let (settings, _data) = test_settings(&up, Provider::Ollama, false, |_| {}).await;
-    let corpus = tempfile::tempdir().unwrap();
-    let (es, en) = (corpus.path().join("man-es"), corpus.path().join("man-en"));
-    write(&es.join("ls.1.txt"), LS_ES);
-    write(&en.join("ls.1.txt"), LS_EN);
+    let (_corpus, es, en) = translations();
 
     let out = ingest(&settings, &[&es, &en]);
     let (files, written, in_index) = summary(&out);
@@ -149,10 +160,7 @@ async fn one_root_keeps_its_paths_and_a_clash_is_reported() {
 async fn eval_retrieval_reports_each_language_and_kind() {
     let up = ScriptedUpstream::start().await;
     let (settings, _data) = test_settings(&up, Provider::Ollama, false, |_| {}).await;
-    let corpus = tempfile::tempdir().unwrap();
-    let (es, en) = (corpus.path().join("man-es"), corpus.path().join("man-en"));
-    write(&es.join("ls.1.txt"), LS_ES);
-    write(&en.join("ls.1.txt"), LS_EN);
+    let (corpus, es, en) = translations();
     write(
         &en.join("cp.1.txt"),
         "CP(1)\n\nNAME\n    cp - copy files and directories\n",
@@ -166,20 +174,11 @@ async fn eval_retrieval_reports_each_language_and_kind() {
     ];
     let lines: Vec<String> = cases.iter().map(Value::to_string).collect();
     std::fs::write(&dataset, lines.join("\n")).unwrap();
-    let config = settings.data_dir.join("ingest.toml");
-    let out = std::process::Command::new(gateway_binary())
-        .args(["eval", "retrieval", "--config"])
-        .arg(&config)
-        .arg("--dataset")
-        .arg(&dataset)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+    let dataset = dataset.as_path();
+    let stdout = run(
+        &settings,
+        &["eval", "retrieval"],
+        &[Path::new("--dataset"), dataset],
     );
     // group, mode, queries, recall@8, MRR@10, nDCG@10
     let row = |group: &str| -> Vec<String> {
