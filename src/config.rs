@@ -333,6 +333,9 @@ pub struct RetrievalSettings {
     pub bm25_weight: f32,
     pub dense_weight: f32,
     pub foreign_dense_weight: f32,
+    /// Most chunks of one file in a search's results while other files have candidates
+    /// (0 = no limit).
+    pub max_chunks_per_file: usize,
     pub spec_boost: f32,
     pub narrative_boost: f32,
     pub code_example_boost: f32,

@@ -1,9 +1,10 @@
 //! The hybrid retriever: BM25 and dense candidates fused with weighted RRF, boosted by
-//! document type for definition questions, deduplicated, cut to `top_k`. When the
+//! document type for definition questions, deduplicated, spread over files (at most
+//! `max_chunks_per_file` of one file while others have candidates), cut to `top_k`. When the
 //! embedder or the vector store fails, BM25 answers alone and readiness says why.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -436,12 +437,11 @@ impl Retriever {
             })
             .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
-        // Only the chunks kept are copied out of the lists.
         let mut seen_text = HashSet::new();
-        ranked
+        ranked.retain(|(chunk, _)| seen_text.insert(chunk.text.trim()));
+        // Only the chunks kept are copied out of the lists.
+        spread_over_files(ranked, top, self.settings.max_chunks_per_file)
             .into_iter()
-            .filter(|(chunk, _)| seen_text.insert(chunk.text.trim()))
-            .take(top)
             .map(|(chunk, score)| Scored {
                 chunk: KnowledgeChunk::clone(chunk),
                 score,
@@ -474,6 +474,47 @@ pub fn bounded(query: &str, max: usize) -> Cow<'_, str> {
         .nth(tail_chars.saturating_sub(1))
         .map_or(0, |(i, _)| i);
     Cow::Owned(format!("{head} {}", &query[tail_from..]))
+}
+
+/// The best `top` of `ranked` (best first) taking at most `per_file` chunks of one file
+/// while other files have candidates left; when that leaves fewer than `top`, the best
+/// chunks passed over fill the rest (a knowledge base of one file still gives `top`).
+/// The result stays in score order. `per_file` 0 = no limit.
+///
+/// The next chunk of a file already found mostly repeats what the reader has (windows of
+/// one section overlap), while another file's best chunk may hold the answer: on the
+/// Debian benchmark one chunk per file raised every mode's recall@8 and nDCG@10 (hybrid
+/// with e5 0.675 → 0.733 nDCG), on `examples/knowledge` hybrid 0.899 → 0.924.
+fn spread_over_files(
+    ranked: Vec<(&KnowledgeChunk, f32)>,
+    top: usize,
+    per_file: usize,
+) -> Vec<(&KnowledgeChunk, f32)> {
+    if per_file == 0 {
+        return ranked.into_iter().take(top).collect();
+    }
+    let mut taken: HashMap<&str, usize> = HashMap::new();
+    let mut chosen = Vec::with_capacity(top);
+    let mut passed = Vec::new();
+    for (position, (chunk, score)) in ranked.into_iter().enumerate() {
+        if chosen.len() == top {
+            break;
+        }
+        let n = taken.entry(chunk.source_file.as_str()).or_default();
+        if *n < per_file {
+            *n += 1;
+            chosen.push((position, chunk, score));
+        } else {
+            passed.push((position, chunk, score));
+        }
+    }
+    let missing = top - chosen.len();
+    chosen.extend(passed.into_iter().take(missing));
+    chosen.sort_by_key(|(position, _, _)| *position);
+    chosen
+        .into_iter()
+        .map(|(_, chunk, score)| (chunk, score))
+        .collect()
 }
 
 /// Sets its flag to false when dropped.
@@ -530,6 +571,51 @@ mod tests {
         // Characters, not bytes: a multi-byte text is cut on its boundaries.
         let accents = "ñ".repeat(1000);
         assert_eq!(bounded(&accents, 10).chars().count(), 11);
+    }
+
+    fn chunk(id: &str, file: &str) -> KnowledgeChunk {
+        KnowledgeChunk {
+            chunk_id: id.into(),
+            source_file: file.into(),
+            start_line: 1,
+            end_line: 1,
+            doc_type: DocType::Narrative,
+            block_type: "section".into(),
+            section: String::new(),
+            language: "en".into(),
+            text: id.into(),
+        }
+    }
+
+    fn spread(files: &[&str], top: usize, per_file: usize) -> Vec<String> {
+        let chunks: Vec<KnowledgeChunk> = files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| chunk(&format!("{f}{i}"), f))
+            .collect();
+        let ranked = chunks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c, 1.0 / (i + 1) as f32))
+            .collect();
+        spread_over_files(ranked, top, per_file)
+            .into_iter()
+            .map(|(c, _)| c.chunk_id.clone())
+            .collect()
+    }
+
+    #[test]
+    fn results_spread_over_files_and_fill_from_what_was_passed_over() {
+        // a a a b a c: one per file gives a, b, c, then the best passed over (a1, a2).
+        let ranked = ["a", "a", "a", "b", "a", "c"];
+        assert_eq!(spread(&ranked, 3, 1), ["a0", "b3", "c5"]);
+        assert_eq!(spread(&ranked, 5, 1), ["a0", "a1", "a2", "b3", "c5"]);
+        assert_eq!(spread(&ranked, 4, 2), ["a0", "a1", "b3", "c5"]);
+        // No limit: the ranking as it is.
+        assert_eq!(spread(&ranked, 4, 0), ["a0", "a1", "a2", "b3"]);
+        // One file only: still `top` chunks.
+        assert_eq!(spread(&["a", "a", "a"], 2, 1), ["a0", "a1"]);
+        assert_eq!(spread(&ranked, 0, 1), Vec::<String>::new());
     }
 
     #[test]
