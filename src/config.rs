@@ -79,6 +79,14 @@ pub struct ServerSettings {
     /// A client must take each part of a streamed answer within this, or the stream ends.
     #[serde(rename = "write_timeout_secs", with = "secs")]
     pub write_timeout: Duration,
+    /// Request headers that name the conversation when the body has no `session_id`
+    /// (the first one present counts), e.g. Open WebUI's `X-OpenWebUI-Chat-Id`.
+    #[serde(deserialize_with = "list_or_comma_string")]
+    pub session_headers: Vec<String>,
+    /// The gateway's address as clients' users reach it (`https://gw.example.com`), for
+    /// the links of cited sources; empty = the request's own scheme and `Host`.
+    #[serde(default, with = "unset_if_empty")]
+    pub public_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -623,6 +631,26 @@ impl ServerSettings {
                 return Err(SettingsError::new(
                     "server.cors_origins",
                     format!("'{origin}' is not \"*\" or an origin like https://chat.example.com"),
+                ));
+            }
+        }
+        for name in &self.session_headers {
+            if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(SettingsError::new(
+                    "server.session_headers",
+                    format!("'{name}' is not a header name"),
+                ));
+            }
+        }
+        if let Some(url) = &self.public_url {
+            let ok = (url.starts_with("http://") || url.starts_with("https://"))
+                && url
+                    .parse::<axum::http::Uri>()
+                    .is_ok_and(|u| u.host().is_some());
+            if !ok {
+                return Err(SettingsError::new(
+                    "server.public_url",
+                    format!("'{url}' is not a URL like https://gw.example.com"),
                 ));
             }
         }

@@ -70,6 +70,15 @@ impl GatewayError {
         .with_code("model_not_found")
     }
 
+    pub fn source_not_found(id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("no source '{id}' in the knowledge base (it may have been re-ingested)"),
+        )
+        .with_code("source_not_found")
+    }
+
     pub fn route_not_found(path: &str) -> Self {
         Self::new(
             StatusCode::NOT_FOUND,

@@ -6,8 +6,9 @@
 //! logged by the access-log middleware.
 
 use axum::body::Body;
-use axum::extract::{Extension, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::extract::{Extension, OriginalUri, State};
+use axum::http::header::HOST;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
 use bytes::Bytes;
@@ -16,6 +17,7 @@ use serde_json::Value;
 
 use super::dialect::{ApiError, Dialect};
 use super::{body, request_id, AppState};
+use crate::config::ServerSettings;
 use crate::error::GatewayError;
 use crate::llm::{FinishReason, ToolCall, UpstreamRequest, Usage};
 use crate::pipeline::{Answer, ChatTurn};
@@ -31,6 +33,9 @@ pub trait HttpRender: Render<Piece = Bytes> {
     const CONTENT_TYPE: &'static str;
     /// A whole answer, as one JSON body.
     fn whole(&self, answer: &Answer, timing: Timing) -> Value;
+    /// The base URL of source links (`/v1/sources/{id}`), for a dialect that cites
+    /// sources as links.
+    fn link_sources(&mut self, _base: &str) {}
 }
 
 /// How one endpoint's body becomes a turn: the dialect's parser.
@@ -89,12 +94,22 @@ pub fn post<D: Dialect, R: HttpRender>(
         move |State(state): State<AppState>,
               gate: Option<Extension<StreamGate>>,
               caller: Option<Extension<Caller>>,
+              OriginalUri(uri): OriginalUri,
               headers: HeaderMap,
               body: Body| async move {
             let log = ChatLog::new(request_id(&headers), D::NAME, route, state.pipeline.clone());
             let parsed = body::read(&state.settings.server, body)
                 .await
-                .and_then(|b| parse(&b));
+                .and_then(|b| parse(&b))
+                .map(|mut p| {
+                    if p.turn.session_id.is_none() {
+                        p.turn.session_id =
+                            header_session(&headers, &state.settings.server.session_headers);
+                    }
+                    p.render
+                        .link_sources(&public_base(&state.settings.server, &uri, &headers));
+                    p
+                });
             // A key's own sessions; without keys, the one shared namespace.
             let owner = caller.map_or_else(Owner::shared, |Extension(c)| c.owner());
             let gate = gate.map(|Extension(g)| g);
@@ -112,6 +127,42 @@ pub fn post<D: Dialect, R: HttpRender>(
 }
 
 type Failed = (ChatLog, GatewayError);
+
+/// Where users reach the gateway: `server.public_url`, else the request's own scheme and
+/// host (the `Host` header, or HTTP/2's authority; both passed the host check already),
+/// else the bound address.
+fn public_base(server: &ServerSettings, uri: &Uri, headers: &HeaderMap) -> String {
+    if let Some(url) = &server.public_url {
+        return url.trim_end_matches('/').to_string();
+    }
+    let scheme = if server.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let host = headers
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| uri.authority().map(|a| a.as_str()))
+        .unwrap_or(&server.addr);
+    format!("{scheme}://{host}")
+}
+
+/// The conversation key a client sends as a header (`server.session_headers`, the first
+/// present), for bodies without `session_id`. A value that is not a valid session id is
+/// left out (the client did not ask for it by name): the request is answered without
+/// memory rather than refused.
+fn header_session(headers: &HeaderMap, names: &[String]) -> Option<String> {
+    let (name, value) = names
+        .iter()
+        .find_map(|name| Some((name, headers.get(name.as_str())?)))?;
+    let id = value.to_str().ok().map(str::trim).unwrap_or_default();
+    if id.is_empty() || crate::sessions::check_id(id).is_err() {
+        tracing::info!(header = %name, bytes = value.len(), "session header ignored: not a session id");
+        return None;
+    }
+    Some(id.to_string())
+}
 
 async fn answer<R: HttpRender>(
     state: &AppState,

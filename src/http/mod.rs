@@ -17,6 +17,7 @@ mod ollama;
 mod openai;
 mod scrape;
 mod sites;
+pub(crate) mod sources;
 
 use std::future::Future;
 use std::sync::Arc;

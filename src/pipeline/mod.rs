@@ -88,6 +88,16 @@ pub struct Source {
 }
 
 impl Source {
+    /// How a citation names it: `file § section (lines a–b)`.
+    pub fn title(&self) -> String {
+        let [start, end] = self.lines;
+        if self.section.is_empty() {
+            format!("{} (lines {start}–{end})", self.file)
+        } else {
+            format!("{} § {} (lines {start}–{end})", self.file, self.section)
+        }
+    }
+
     fn of(hit: &Scored) -> Self {
         let c = &hit.chunk;
         Self {

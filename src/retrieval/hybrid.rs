@@ -223,6 +223,13 @@ impl Retriever {
         }
     }
 
+    /// The chunk with this id (a cited source), if the index holds it.
+    pub async fn source(&self, chunk_id: &str) -> anyhow::Result<Option<Arc<KnowledgeChunk>>> {
+        let index = self.lexical.clone();
+        let id = chunk_id.to_string();
+        tokio::task::spawn_blocking(move || index.chunk(&id)).await?
+    }
+
     /// The best `retrieval.top_k` chunks for `query`.
     pub async fn search(&self, query: &str, mode: Mode) -> anyhow::Result<Vec<Scored>> {
         self.search_top(query, mode, self.settings.top_k).await

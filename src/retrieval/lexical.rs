@@ -298,7 +298,7 @@ impl TantivyIndex {
     }
 
     /// The chunk stored at `address`, decoded once per searcher generation.
-    fn chunk(
+    fn decoded(
         &self,
         searcher: &Searcher,
         address: DocAddress,
@@ -418,11 +418,23 @@ impl LexicalIndex for TantivyIndex {
         top.into_iter()
             .map(|(score, address)| {
                 Ok(Hit {
-                    chunk: self.chunk(&searcher, address)?,
+                    chunk: self.decoded(&searcher, address)?,
                     score,
                 })
             })
             .collect()
+    }
+
+    fn chunk(&self, chunk_id: &str) -> anyhow::Result<Option<Arc<KnowledgeChunk>>> {
+        let searcher = self.reader.searcher();
+        let query = TermQuery::new(
+            Term::from_field_text(self.fields.chunk_id, chunk_id),
+            IndexRecordOption::Basic,
+        );
+        let top = searcher.search(&query, &TopDocs::with_limit(1).order_by_score())?;
+        top.first()
+            .map(|(_, address)| self.decoded(&searcher, *address))
+            .transpose()
     }
 
     fn len(&self) -> anyhow::Result<u64> {

@@ -76,6 +76,8 @@ pub trait LexicalIndex: Send + Sync {
     fn remove_files(&self, files: &[String]) -> anyhow::Result<()>;
     /// The best `top_n` chunks for a query written in `lang`.
     fn search(&self, query: &str, lang: Lang, top_n: usize) -> anyhow::Result<Vec<Hit>>;
+    /// The chunk with this id, if the index holds it.
+    fn chunk(&self, chunk_id: &str) -> anyhow::Result<Option<Arc<KnowledgeChunk>>>;
     /// Number of chunks indexed.
     fn len(&self) -> anyhow::Result<u64>;
     /// Compacts the index after a run of changes (searches read fewer parts).

@@ -15,6 +15,7 @@ mod support;
 mod access;
 mod any_body;
 mod assistant;
+mod citations;
 mod classifier;
 mod continue_cli;
 mod embedder_name;

@@ -1,5 +1,6 @@
 //! The OpenAI dialect, nested under `/v1`: chat and text completions (parsed in
-//! `parse`, rendered in `render`), models, embeddings and answer evaluation. Errors are
+//! `parse`, rendered in `render`), models, embeddings, answer evaluation and cited
+//! sources. Errors are
 //! `{"error":{"message","type","param","code"}}`.
 
 mod parse;
@@ -12,7 +13,7 @@ use serde_json::{json, Value};
 
 use super::chat::{self, Parse};
 use super::dialect::{self, ApiError, OpenAi};
-use super::{embeddings, eval, AppState};
+use super::{embeddings, eval, sources, AppState};
 use crate::pipeline::ServedModel;
 
 pub use render::Sse;
@@ -35,6 +36,7 @@ pub fn router() -> Router<AppState> {
         .route("/models/{*id}", get(get_model))
         .route("/embeddings", post(embeddings::openai))
         .route("/eval", post(eval::evaluate))
+        .route("/sources/{id}", get(sources::get))
         .fallback(dialect::not_found::<OpenAi>)
         .method_not_allowed_fallback(dialect::method_not_allowed::<OpenAi>)
 }

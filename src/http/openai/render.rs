@@ -7,8 +7,9 @@ use serde_json::{json, Value};
 use crate::error::GatewayError;
 use crate::http::chat::HttpRender;
 use crate::http::dialect::{Dialect, OpenAi};
+use crate::http::sources;
 use crate::llm::{ToolCall, Usage};
-use crate::pipeline::Answer;
+use crate::pipeline::{Answer, Source};
 use crate::serve::chat::{End, Render, Timing};
 
 /// Which of the two response families is being rendered.
@@ -31,6 +32,10 @@ pub struct Sse {
     tool_index: usize,
     /// What every content chunk starts with, up to its update: serialised once.
     head: Vec<u8>,
+    /// Base URL of source links; `None`: sources are not cited as annotations.
+    links: Option<String>,
+    /// Characters of content streamed so far (the span the annotations cover).
+    streamed_chars: usize,
 }
 
 impl Sse {
@@ -47,6 +52,8 @@ impl Sse {
             include_usage,
             tool_index: 0,
             head: Vec::new(),
+            links: None,
+            streamed_chars: 0,
         };
         // Everything before a chunk's update: the same in every content chunk.
         sse.head = format!(
@@ -118,6 +125,7 @@ impl Render for Sse {
     /// A content chunk, written straight into its bytes (the same bytes `chunk` gives):
     /// the hot path of every streamed answer.
     fn delta(&mut self, text: &str) -> Bytes {
+        self.streamed_chars += text.chars().count();
         let mut out = Vec::with_capacity(self.head.len() + text.len() + 64);
         out.extend_from_slice(&self.head);
         match self.kind {
@@ -164,6 +172,14 @@ impl Render for Sse {
             Kind::Text => self.chunk_json(json!(""), Some(finish)),
         };
         let mut out = Vec::new();
+        // Citations as Open WebUI reads them: `url_citation` annotations in a delta, one
+        // per source, covering the whole answer.
+        if let (Kind::Chat, Some(annotations)) = (
+            self.kind,
+            self.annotations(end.sources, self.streamed_chars),
+        ) {
+            out.extend_from_slice(&self.chunk(json!({ "annotations": annotations }), None));
+        }
         if self.include_usage {
             out.extend_from_slice(&frame(&last));
             last = self.usage_chunk(end.usage);
@@ -183,8 +199,34 @@ impl Render for Sse {
     }
 }
 
+impl Sse {
+    /// One `url_citation` per source, linking to `/v1/sources/{id}` and spanning the
+    /// answer's `chars` characters; `None` without sources or links.
+    fn annotations(&self, sources: Option<&[Source]>, chars: usize) -> Option<Value> {
+        let base = self.links.as_deref()?;
+        let sources = sources.filter(|s| !s.is_empty())?;
+        Some(
+            sources
+                .iter()
+                .map(|s| {
+                    json!({"type": "url_citation", "url_citation": {
+                        "url": sources::link(base, &s.id),
+                        "title": s.title(),
+                        "start_index": 0,
+                        "end_index": chars,
+                    }})
+                })
+                .collect(),
+        )
+    }
+}
+
 impl HttpRender for Sse {
     const CONTENT_TYPE: &'static str = "text/event-stream";
+
+    fn link_sources(&mut self, base: &str) {
+        self.links = Some(base.to_string());
+    }
 
     fn whole(&self, answer: &Answer, _timing: Timing) -> Value {
         let mut choice =
@@ -199,6 +241,11 @@ impl HttpRender for Sse {
                         json!(answer.text)
                     },
                 });
+                if let Some(annotations) =
+                    self.annotations(answer.sources.as_deref(), answer.text.chars().count())
+                {
+                    message["annotations"] = annotations;
+                }
                 if !answer.tool_calls.is_empty() {
                     message["tool_calls"] = answer
                         .tool_calls

@@ -1321,7 +1321,6 @@ impl From<&str> for Payload {
     }
 }
 
-/// The `assist-gateway` binary built with these tests.
 /// The python of the pinned virtualenv (`ASSIST_PYTHON`, set by `scripts/test.sh`), or
 /// `None` with a note that `what` was skipped; in CI its absence fails the test.
 pub fn python_for(what: &str) -> Option<String> {
@@ -1336,6 +1335,7 @@ pub fn python_for(what: &str) -> Option<String> {
     None
 }
 
+/// The `assist-gateway` binary built with these tests.
 pub fn gateway_binary() -> std::path::PathBuf {
     if let Some(path) = option_env!("CARGO_BIN_EXE_assist-gateway") {
         return path.into();
