@@ -7,8 +7,7 @@
 
 use axum::body::Body;
 use axum::extract::{Extension, OriginalUri, State};
-use axum::http::header::HOST;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Uri};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
 use bytes::Bytes;
@@ -16,8 +15,7 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use super::dialect::{ApiError, Dialect};
-use super::{body, request_id, AppState};
-use crate::config::ServerSettings;
+use super::{body, request_id, sources, AppState};
 use crate::error::GatewayError;
 use crate::llm::{FinishReason, ToolCall, UpstreamRequest, Usage};
 use crate::pipeline::{Answer, ChatTurn};
@@ -107,7 +105,7 @@ pub fn post<D: Dialect, R: HttpRender>(
                             header_session(&headers, &state.settings.server.session_headers);
                     }
                     p.render
-                        .link_sources(&public_base(&state.settings.server, &uri, &headers));
+                        .link_sources(&sources::base(&state.settings.server, &uri, &headers));
                     p
                 });
             // A key's own sessions; without keys, the one shared namespace.
@@ -127,26 +125,6 @@ pub fn post<D: Dialect, R: HttpRender>(
 }
 
 type Failed = (ChatLog, GatewayError);
-
-/// Where users reach the gateway: `server.public_url`, else the request's own scheme and
-/// host (the `Host` header, or HTTP/2's authority; both passed the host check already),
-/// else the bound address.
-fn public_base(server: &ServerSettings, uri: &Uri, headers: &HeaderMap) -> String {
-    if let Some(url) = &server.public_url {
-        return url.trim_end_matches('/').to_string();
-    }
-    let scheme = if server.tls_cert.is_some() {
-        "https"
-    } else {
-        "http"
-    };
-    let host = headers
-        .get(HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| uri.authority().map(|a| a.as_str()))
-        .unwrap_or(&server.addr);
-    format!("{scheme}://{host}")
-}
 
 /// The conversation key a client sends as a header (`server.session_headers`, the first
 /// present), for bodies without `session_id`. A value that is not a valid session id is

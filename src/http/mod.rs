@@ -1,5 +1,5 @@
 //! The HTTP surface. Each dialect is a router nested under its prefix (`openai` under
-//! `/v1`, `ollama` under `/api`) with its own error shape; both chat dialects run the one
+//! `/v1`, `ollama` under `/api`, the MCP server at `/mcp`) with its own error shape; both chat dialects run the one
 //! chat flow in `chat`. Around every router: request ids, the access log, CORS, keys and
 //! rate limits; and the server that serves it all (plain or TLS).
 
@@ -13,6 +13,7 @@ mod eval;
 pub mod fuzzing;
 mod health;
 mod limits;
+mod mcp;
 mod ollama;
 mod openai;
 mod scrape;
@@ -67,6 +68,9 @@ pub fn router(state: AppState) -> Router {
         .around::<OpenAi>(operations)
         .nest("/v1", guard.around::<OpenAi>(openai::router()))
         .nest("/api", guard.around::<Ollama>(ollama::router()))
+        .merge(
+            guard.around::<OpenAi>(Router::new().nest_service("/mcp", mcp::service(state.clone()))),
+        )
         .merge(
             guard.around::<OpenAi>(Router::new().route("/v1/", any(dialect::not_found::<OpenAi>))),
         )

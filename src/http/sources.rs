@@ -3,14 +3,15 @@
 //! citation opens the passage the answer used). Behind the keys like every `/v1` route.
 
 use axum::extract::{Path, State};
-use axum::http::header::{ACCEPT, CONTENT_SECURITY_POLICY, CONTENT_TYPE};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::header::{ACCEPT, CONTENT_SECURITY_POLICY, CONTENT_TYPE, HOST};
+use axum::http::{HeaderMap, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
 use super::dialect::{ApiError, OpenAi};
 use super::AppState;
+use crate::config::ServerSettings;
 use crate::error::GatewayError;
 use crate::retrieval::KnowledgeChunk;
 
@@ -19,18 +20,42 @@ pub fn link(base: &str, id: &str) -> String {
     format!("{}/v1/sources/{id}", base.trim_end_matches('/'))
 }
 
+/// Where users reach the gateway: `server.public_url`, else the request's own scheme and
+/// host (the `Host` header, or HTTP/2's authority; both passed the host check already),
+/// else the bound address.
+pub fn base(server: &ServerSettings, uri: &Uri, headers: &HeaderMap) -> String {
+    if let Some(url) = &server.public_url {
+        return url.trim_end_matches('/').to_string();
+    }
+    let scheme = if server.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let host = headers
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| uri.authority().map(|a| a.as_str()))
+        .unwrap_or(&server.addr);
+    format!("{scheme}://{host}")
+}
+
 /// Longest chunk id looked up (ids are 16 hex digits, a `-n` suffix for repeats).
 const MAX_ID_BYTES: usize = 64;
+
+/// Whether `id` can be a chunk id at all (anything else is not looked up).
+pub fn is_plain_id(id: &str) -> bool {
+    id.len() <= MAX_ID_BYTES
+        && !id.is_empty()
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
 
 pub async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError<OpenAi>> {
-    let plain = id.len() <= MAX_ID_BYTES
-        && !id.is_empty()
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-    if !plain {
+    if !is_plain_id(&id) {
         return Err(GatewayError::source_not_found(&id).into());
     }
     let chunk = state

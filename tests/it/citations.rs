@@ -42,19 +42,14 @@ async fn the_openai_python_sdk_reads_annotations_and_follows_their_links() {
     .await;
     up.push(Reply::tokens(&["Set ", "BRISA_PORT."]));
     up.push(Reply::tokens(&["Set ", "BRISA_PORT."]));
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/citations.py");
-    let out = tokio::process::Command::new(&python)
-        .arg(script)
-        .arg(gw.url(""))
-        .arg("sk-a")
-        .output()
-        .await
-        .expect("run the citation script");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}");
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("all citation checks passed"), "{stdout}");
+    let base = gw.url("");
+    run_client_script(
+        &python,
+        "citations.py",
+        &[&base, "sk-a"],
+        "all citation checks passed",
+    )
+    .await;
 }
 
 #[tokio::test]

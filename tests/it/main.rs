@@ -30,6 +30,7 @@ mod grpc_python;
 mod ingest_roots;
 mod knowledge;
 mod logs;
+mod mcp;
 mod metrics;
 mod ollama_api;
 mod openai_api;

@@ -1324,15 +1324,39 @@ impl From<&str> for Payload {
 /// The python of the pinned virtualenv (`ASSIST_PYTHON`, set by `scripts/test.sh`), or
 /// `None` with a note that `what` was skipped; in CI its absence fails the test.
 pub fn python_for(what: &str) -> Option<String> {
-    if let Ok(python) = std::env::var("ASSIST_PYTHON") {
-        return Some(python);
+    installed("ASSIST_PYTHON", what)
+}
+
+/// The program `scripts/test.sh` installed and named in the environment variable `var`,
+/// or `None` with a note that `what` was skipped; in CI its absence fails the test.
+pub fn installed(var: &str, what: &str) -> Option<String> {
+    if let Ok(program) = std::env::var(var) {
+        return Some(program);
     }
     assert!(
         std::env::var_os("CI").is_none(),
         "CI must run {what}: use scripts/test.sh"
     );
-    eprintln!("SKIPPED: ASSIST_PYTHON is not set; run scripts/test.sh to include {what}");
+    eprintln!("SKIPPED: {var} is not set; run scripts/test.sh to include {what}");
     None
+}
+
+/// Runs `tests/clients/<script>` with `python` and `args`; asserts it succeeded and printed
+/// `passed` (its last line), and returns what it printed.
+pub async fn run_client_script(python: &str, script: &str, args: &[&str], passed: &str) -> String {
+    let path = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out = tokio::process::Command::new(python)
+        .arg(&path)
+        .args(args)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run {script}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(out.status.success(), "{script} failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains(passed), "{script}:\n{stdout}\n{stderr}");
+    stdout
 }
 
 /// The `assist-gateway` binary built with these tests.
