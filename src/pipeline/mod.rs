@@ -383,20 +383,49 @@ impl Pipeline {
         } else {
             Value::Array(request.tools.clone()).to_string()
         };
-        let base = assemble::Request {
-            prompts: &self.config.prompts,
-            query_type,
-            use_editor,
-            editor: &editor,
-            hits: &hits,
-            history,
-            messages,
-            window_tokens: window,
-            answer_tokens,
-            tools: &tools,
-            estimate: self.estimator(),
+        let base =
+            |with_tools: bool, history: Vec<Message>, messages: Vec<Message>| assemble::Request {
+                prompts: &self.config.prompts,
+                query_type,
+                use_editor,
+                editor: &editor,
+                hits: &hits,
+                history,
+                messages,
+                window_tokens: window,
+                answer_tokens,
+                tools: if with_tools { tools.as_str() } else { "" },
+                estimate: self.estimator(),
+            };
+        // The client's tools count in the prompt. When they alone make it overflow the
+        // window (Open WebUI offers its dozen built-in tools, thousands of tokens, to every
+        // model), the question is answered without them rather than refused: the model
+        // cannot call a tool, but the user gets an answer.
+        let first = if tools.is_empty() {
+            self.assemble(base(true, history, messages)).await
+        } else {
+            match self
+                .assemble(base(true, history.clone(), messages.clone()))
+                .await
+            {
+                Err(e) if e.code == Some("context_length_exceeded") => {
+                    let without = self.assemble(base(false, history, messages)).await;
+                    if without.is_ok() {
+                        tracing::warn!(
+                            stage = "assemble",
+                            tools = request.tools.len(),
+                            tool_chars = tools.len(),
+                            "the client's tools do not fit the window: answered without them"
+                        );
+                        request.tools.clear();
+                        request.tool_choice = None;
+                    }
+                    without
+                }
+                other => other,
+            }
         };
-        let (assembled, smaller, counted, prompt_tokens) = self.assemble(base).await?;
+        let (assembled, smaller, counted, prompt_tokens) = first?;
         request.model = self.config.upstream_model.clone();
         request.input = Input::Chat(assembled);
         // The shared upstream's model is the gateway's to load: no reloads, no other

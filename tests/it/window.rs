@@ -181,6 +181,35 @@ async fn messages_that_alone_overflow_the_window_are_refused_in_each_dialects_sh
     }
 }
 
+/// A client's tools that alone overflow the window (Open WebUI offers its built-in tools,
+/// thousands of tokens, to every model) are left out and the question is answered; tools
+/// that fit are sent.
+#[tokio::test]
+async fn tools_that_overflow_the_window_are_left_out_and_the_question_is_answered() {
+    let up = ScriptedUpstream::start().await;
+    up.limit_window(dense(true, Overflow::Status, 2.0));
+    let gw = Gateway::with_knowledge(&up, Provider::Openai, small_window).await;
+    let tool = |i: usize| {
+        json!({"type": "function", "function": {"name": format!("builtin_tool_{i}"),
+            "description": "Searches the user's notes, memories and files for the query and \
+                returns the matching items with their metadata. ".repeat(4),
+            "parameters": {"type": "object", "required": ["query"],
+                "properties": {"query": {"type": "string", "description": "what to look for"}}}}})
+    };
+    let sent_tools = |up: &ScriptedUpstream| {
+        chat_requests(up).last().unwrap().body["tools"]
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    for (tools, kept) in [(40, 0), (1, 1)] {
+        let mut body = question("brunix", false);
+        body["tools"] = json!((0..tools).map(tool).collect::<Vec<_>>());
+        let (status, _, text) = post(&gw.url("/v1/chat/completions"), body).await;
+        assert_eq!(status, 200, "{tools} tools: {text}");
+        assert_eq!(sent_tools(&up), kept, "{tools} tools offered");
+    }
+}
+
 #[tokio::test]
 async fn with_passthrough_only_models_the_upstream_lists_are_forwarded() {
     for provider in [Provider::Openai, Provider::Ollama] {
