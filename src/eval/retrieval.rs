@@ -192,21 +192,11 @@ pub fn table(scores: &[Scores], k: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::retrieval::{DocType, KnowledgeChunk};
+    use crate::retrieval::KnowledgeChunk;
 
     fn r(id: &str, file: &str) -> Scored {
         Scored {
-            chunk: KnowledgeChunk {
-                chunk_id: id.into(),
-                source_file: file.into(),
-                start_line: 1,
-                end_line: 1,
-                doc_type: DocType::Narrative,
-                block_type: "section".into(),
-                section: String::new(),
-                language: "en".into(),
-                text: id.into(),
-            },
+            chunk: KnowledgeChunk::sample(id, file),
             score: 1.0,
         }
     }

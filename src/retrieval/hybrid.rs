@@ -580,25 +580,11 @@ mod tests {
         assert_eq!(bounded(&accents, 10).chars().count(), 11);
     }
 
-    fn chunk(id: &str, file: &str) -> KnowledgeChunk {
-        KnowledgeChunk {
-            chunk_id: id.into(),
-            source_file: file.into(),
-            start_line: 1,
-            end_line: 1,
-            doc_type: DocType::Narrative,
-            block_type: "section".into(),
-            section: String::new(),
-            language: "en".into(),
-            text: id.into(),
-        }
-    }
-
     fn spread(files: &[&str], top: usize, per_file: usize) -> Vec<String> {
         let chunks: Vec<KnowledgeChunk> = files
             .iter()
             .enumerate()
-            .map(|(i, f)| chunk(&format!("{f}{i}"), f))
+            .map(|(i, f)| KnowledgeChunk::sample(&format!("{f}{i}"), f))
             .collect();
         let ranked = chunks
             .iter()

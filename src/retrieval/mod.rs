@@ -59,6 +59,24 @@ pub struct KnowledgeChunk {
     pub text: String,
 }
 
+#[cfg(test)]
+impl KnowledgeChunk {
+    /// A one-line narrative chunk of `file` whose text is its id (unit tests).
+    pub(crate) fn sample(id: &str, file: &str) -> Self {
+        Self {
+            chunk_id: id.into(),
+            source_file: file.into(),
+            start_line: 1,
+            end_line: 1,
+            doc_type: DocType::Narrative,
+            block_type: "section".into(),
+            section: String::new(),
+            language: "en".into(),
+            text: id.into(),
+        }
+    }
+}
+
 /// A chunk found by a search, with the searcher's own score.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hit {
