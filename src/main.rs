@@ -204,7 +204,7 @@ async fn ask(
     session: Option<String>,
 ) -> anyhow::Result<()> {
     use assist_gateway::context::EditorContext;
-    use assist_gateway::llm::{GenParams, Input, Message, Role, UpstreamRequest};
+    use assist_gateway::llm::UpstreamRequest;
     use assist_gateway::pipeline::{ChatTurn, Event};
     use assist_gateway::sessions::Owner;
     use futures::StreamExt;
@@ -227,14 +227,7 @@ async fn ask(
         editor.selected_text = sel;
     }
     let turn = ChatTurn {
-        request: UpstreamRequest {
-            model: pipeline.assistant_model().to_string(),
-            input: Input::Chat(vec![Message::text(Role::User, question)]),
-            params: GenParams::default(),
-            tools: Vec::new(),
-            tool_choice: None,
-            whole: false,
-        },
+        request: UpstreamRequest::question(pipeline.assistant_model(), question),
         session_id: session,
         editor,
     };

@@ -33,7 +33,7 @@ use tonic::{Code, Request, Response, Status};
 
 use super::pb::{self, AgentRequest, AgentResponse};
 use crate::error::GatewayError;
-use crate::llm::{GenParams, Input, Message, Role, ToolCall, UpstreamRequest};
+use crate::llm::{ToolCall, UpstreamRequest};
 use crate::pipeline::ChatTurn;
 use crate::serve::access::{Caller, Keys, Limits, StreamGate};
 use crate::serve::chat::{self, ChatLog, End, Piece, Render};
@@ -157,14 +157,7 @@ impl Engine {
         } else {
             req.session_id
         };
-        let request = UpstreamRequest {
-            model: self.state.pipeline.assistant_model().to_string(),
-            input: Input::Chat(vec![Message::text(Role::User, req.query)]),
-            params: GenParams::default(),
-            tools: Vec::new(),
-            tool_choice: None,
-            whole: false,
-        };
+        let request = UpstreamRequest::question(self.state.pipeline.assistant_model(), req.query);
         Ok(ChatTurn::from_client(
             request,
             Some(session_id),

@@ -8,7 +8,6 @@
 use std::sync::Arc;
 
 use axum::http::request::Parts;
-use base64::Engine;
 use futures::StreamExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
@@ -24,7 +23,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::{request_id, sources, AppState};
-use crate::llm::{GenParams, Input, Message, Role, UpstreamRequest};
+use crate::context::EditorContext;
+use crate::llm::UpstreamRequest;
 use crate::pipeline::{ChatTurn, Event};
 use crate::retrieval::hybrid::Mode;
 use crate::retrieval::{DocType, KnowledgeChunk};
@@ -324,22 +324,16 @@ impl Knowledge {
                     .map_err(|e| ErrorData::invalid_params(e.message, None))?;
             }
         }
-        let b64 = |t: &Option<String>| {
-            base64::engine::general_purpose::STANDARD.encode(t.as_deref().unwrap_or(""))
+        // Blocks in the question are read as an API request's would be; the code comes
+        // as plain text.
+        let mut editor = EditorContext::from_request(None, None, &args.question);
+        editor.selected_text = args.selected_code.unwrap_or_default();
+        editor.editor_content = args.open_file.unwrap_or_default();
+        let turn = ChatTurn {
+            request: UpstreamRequest::question(state.pipeline.assistant_model(), args.question),
+            session_id: None,
+            editor,
         };
-        let user = json!({
-            "selected_text": b64(&args.selected_code),
-            "editor_content": b64(&args.open_file),
-        });
-        let request = UpstreamRequest {
-            model: state.pipeline.assistant_model().to_string(),
-            input: Input::Chat(vec![Message::text(Role::User, args.question)]),
-            params: GenParams::default(),
-            tools: Vec::new(),
-            tool_choice: None,
-            whole: false,
-        };
-        let turn = ChatTurn::from_client(request, None, Some(&user), None);
         let parts = parts(context);
         let owner = parts
             .and_then(|p| p.extensions.get::<Caller>())

@@ -186,6 +186,20 @@ pub struct UpstreamRequest {
     pub whole: bool,
 }
 
+impl UpstreamRequest {
+    /// One user message to `model`, streamed, default parameters, no tools.
+    pub fn question(model: impl Into<String>, text: impl Into<String>) -> Self {
+        Self {
+            model: model.into(),
+            input: Input::Chat(vec![Message::text(Role::User, text.into())]),
+            params: GenParams::default(),
+            tools: Vec::new(),
+            tool_choice: None,
+            whole: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishReason {
     Stop,

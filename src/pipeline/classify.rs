@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::llm::{self, ChatModel, GenParams, Input, Message, Role, UpstreamRequest};
+use crate::llm::{self, ChatModel, GenParams, Message, Role, UpstreamRequest};
 use crate::pipeline::prompts::render;
 
 /// The three kinds of turn the reference distinguishes.
@@ -420,16 +420,12 @@ impl LlmClassifier {
 impl Classifier for LlmClassifier {
     async fn classify(&self, input: &ClassifyInput<'_>) -> Decision {
         let request = UpstreamRequest {
-            model: self.model.clone(),
-            input: Input::Chat(vec![Message::text(Role::User, self.prompt(input))]),
             params: GenParams {
                 max_tokens: Some(8),
                 temperature: Some(0.0),
                 ..GenParams::default()
             },
-            tools: Vec::new(),
-            tool_choice: None,
-            whole: false,
+            ..UpstreamRequest::question(self.model.clone(), self.prompt(input))
         };
         let answer =
             tokio::time::timeout(self.timeout, llm::complete(self.chat.as_ref(), request)).await;

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::llm::{self, ChatModel, GenParams, Input, Message, Role, UpstreamRequest};
+use crate::llm::{self, ChatModel, GenParams, Message, UpstreamRequest};
 use crate::pipeline::classify::{format_history, truncate_chars, QueryType};
 use crate::pipeline::prompts::render;
 use crate::retrieval::Lang;
@@ -133,16 +133,12 @@ impl LlmReformulator {
             ],
         );
         let request = UpstreamRequest {
-            model: self.model.clone(),
-            input: Input::Chat(vec![Message::text(Role::User, prompt)]),
             params: GenParams {
                 max_tokens: Some(96),
                 temperature: Some(0.0),
                 ..GenParams::default()
             },
-            tools: Vec::new(),
-            tool_choice: None,
-            whole: false,
+            ..UpstreamRequest::question(self.model.clone(), prompt)
         };
         let answer = tokio::time::timeout(self.timeout, llm::complete(self.chat.as_ref(), request))
             .await
