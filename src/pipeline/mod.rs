@@ -578,6 +578,7 @@ impl Pipeline {
                     ms = ms(t),
                     lexical = found.lexical,
                     dense = found.dense,
+                    across = found.across,
                     fused = found.hits.len(),
                     "stage"
                 );

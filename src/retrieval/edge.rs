@@ -18,12 +18,15 @@ use qdrant_edge::{
 };
 use sha2::{Digest, Sha256};
 
-use super::{DocType, Hit, KnowledgeChunk, VectorPoint, VectorStore};
+use super::{Hit, KnowledgeChunk, Languages, VectorPoint, VectorStore};
 
 const VECTOR: &str = "dense";
 /// HNSW beam width; filtered searches lose recall with a small beam, so theirs is wider.
 const HNSW_EF: usize = 128;
 const HNSW_EF_FILTERED: usize = 256;
+/// Payload fields with a keyword index: deletes go by file, searches may leave out a
+/// language, and a Qdrant server's filters by document type stay cheap.
+pub(crate) const INDEXED_FIELDS: [&str; 3] = ["doc_type", "source_file", "language"];
 /// Points per update operation.
 const UPSERT_BATCH: usize = 256;
 
@@ -45,13 +48,22 @@ fn point_id(chunk_id: &str) -> PointId {
     PointId::NumId(point_number(chunk_id))
 }
 
-fn keyword(field: &str, value: &str) -> anyhow::Result<Filter> {
+/// `field` equals `value` (one value, or any of several).
+fn keyword_condition(field: &str, value: impl Into<Match>) -> anyhow::Result<Condition> {
     let key: JsonPath = field
         .parse()
         .map_err(|_| anyhow!("bad payload path {field}"))?;
-    Ok(Filter::new_must(Condition::Field(
-        FieldCondition::new_match(key, Match::from(value.to_string())),
+    Ok(Condition::Field(FieldCondition::new_match(
+        key,
+        value.into(),
     )))
+}
+
+fn keyword(field: &str, value: &str) -> anyhow::Result<Filter> {
+    Ok(Filter::new_must(keyword_condition(
+        field,
+        value.to_string(),
+    )?))
 }
 
 impl EdgeStore {
@@ -130,7 +142,7 @@ impl VectorStore for EdgeStore {
                 .build();
             let shard = EdgeShard::new(&dir, config)
                 .map_err(|e| anyhow!("cannot create the vector store in {}: {e}", dir.display()))?;
-            for field in ["doc_type", "source_file"] {
+            for field in INDEXED_FIELDS {
                 shard
                     .update(UpdateOperation::FieldIndexOperation(
                         FieldIndexOperations::CreateIndex(CreateIndex {
@@ -201,9 +213,10 @@ impl VectorStore for EdgeStore {
         &self,
         vector: &[f32],
         top_n: usize,
-        doc_type: Option<DocType>,
+        languages: Languages<'_>,
     ) -> anyhow::Result<Vec<Hit>> {
         let vector = vector.to_vec();
+        let languages = languages.listed();
         self.blocking(move |shard| {
             let mut request = QueryRequestBuilder::new(top_n)
                 .query(ScoringQuery::Vector(QueryEnum::Nearest(NamedQuery::new(
@@ -211,7 +224,7 @@ impl VectorStore for EdgeStore {
                     VECTOR,
                 ))))
                 .params(SearchParams {
-                    hnsw_ef: Some(if doc_type.is_some() {
+                    hnsw_ef: Some(if languages.is_some() {
                         HNSW_EF_FILTERED
                     } else {
                         HNSW_EF
@@ -219,8 +232,13 @@ impl VectorStore for EdgeStore {
                     ..Default::default()
                 })
                 .with_payload(WithPayloadInterface::Bool(true));
-            if let Some(t) = doc_type {
-                request = request.filter(keyword("doc_type", t.as_str())?);
+            if let Some((codes, wanted)) = languages {
+                let condition = keyword_condition("language", codes)?;
+                request = request.filter(if wanted {
+                    Filter::new_must(condition)
+                } else {
+                    Filter::new_must_not(condition)
+                });
             }
             let points = shard
                 .query(request.build())

@@ -2,6 +2,13 @@
 //! document type for definition questions, deduplicated, spread over files (at most
 //! `max_chunks_per_file` of one file while others have candidates), cut to `top_k`. When the
 //! embedder or the vector store fails, BM25 answers alone and readiness says why.
+//!
+//! With an embedder that reads more than one language, the dense list is split in two by
+//! the chunks' language, both ranked by the same query vector: the chunks in the question's
+//! language (and code, which questions in every language ask about), and the chunks in the
+//! other languages. In one list a multilingual model ranks passages in the question's own
+//! language first, so a passage in the other language that holds the answer seldom reaches
+//! the top; in its own list its rank counts as much as theirs.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -10,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::fusion::{rrf, Ranked};
-use super::{DocType, Hit, KnowledgeChunk, Lang, LexicalIndex, VectorStore};
+use super::{DocType, Hit, KnowledgeChunk, Lang, Languages, LexicalIndex, VectorStore};
 use crate::config::RetrievalSettings;
 use crate::llm::{Embedder, TextKind};
 use crate::telemetry;
@@ -44,6 +51,24 @@ pub struct Found {
     pub hits: Vec<Scored>,
     pub lexical: usize,
     pub dense: usize,
+    /// Dense candidates in other natural languages than the question's.
+    pub across: usize,
+}
+
+/// How much each list counts in one search (0 = not searched).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Weights {
+    lexical: f32,
+    dense: f32,
+    /// The dense list of chunks in other natural languages than the query's (0 = the
+    /// dense list is not split).
+    across: f32,
+}
+
+impl Weights {
+    fn wants_vector(&self) -> bool {
+        self.dense > 0.0 || self.across > 0.0
+    }
 }
 
 /// Each part's state for `/ready`: JSON objects with a `status` (`ok`, `degraded`,
@@ -255,14 +280,14 @@ impl Retriever {
         let query = query.as_ref();
         let lang = Lang::detect(query);
         let weights = self.weights(mode, lang);
-        // No embedding call when the dense list would not count.
+        // No embedding call when no dense list would count.
         let started = Instant::now();
-        let vector = if weights.1 > 0.0 {
+        let vector = if weights.wants_vector() {
             self.query_vector(query).await
         } else {
             None
         };
-        let embedding = (weights.1 > 0.0 && self.dense.is_some()).then(|| started.elapsed());
+        let embedding = (weights.wants_vector() && self.dense.is_some()).then(|| started.elapsed());
         self.search_prepared(query, lang, vector.as_deref(), weights, top, embedding)
             .await
     }
@@ -285,33 +310,46 @@ impl Retriever {
             .map(|f| f.hits)
     }
 
-    fn weights(&self, mode: Mode, lang: Lang) -> (f32, f32) {
-        let dense_weight = if self.embed_langs.contains(&lang) {
+    fn weights(&self, mode: Mode, lang: Lang) -> Weights {
+        let reads_query = self.embed_langs.contains(&lang);
+        let dense = if reads_query {
             self.settings.dense_weight
         } else {
             self.settings.foreign_dense_weight
         };
-        match mode {
-            Mode::Hybrid => (self.settings.bm25_weight, dense_weight),
-            Mode::Lexical => (1.0, 0.0),
-            Mode::Dense => (0.0, 1.0),
+        // Ranking other languages' chunks against the query takes a model that reads both.
+        let crosses = reads_query && self.embed_langs.iter().any(|l| *l != lang);
+        let across = if crosses {
+            self.settings.cross_language_weight
+        } else {
+            0.0
+        };
+        let (lexical, dense, across) = match mode {
+            Mode::Hybrid => (self.settings.bm25_weight, dense, across),
+            Mode::Lexical => (1.0, 0.0, 0.0),
+            Mode::Dense => (0.0, 1.0, 0.0),
+        };
+        Weights {
+            lexical,
+            dense,
+            across,
         }
     }
 
-    /// Both lists at once, then the fusion. `embedding` is the time the query's vector
-    /// took, when it was asked for (part of the dense list's time).
+    /// Every list at once, then the fusion. `embedding` is the time the query's vector
+    /// took, when it was asked for (part of the dense lists' time).
     async fn search_prepared(
         &self,
         query: &str,
         lang: Lang,
         vector: Option<&[f32]>,
-        weights: (f32, f32),
+        weights: Weights,
         top: usize,
         embedding: Option<Duration>,
     ) -> anyhow::Result<Found> {
         let n = self.settings.candidates.max(top);
         let lexical = async {
-            if weights.0 <= 0.0 {
+            if weights.lexical <= 0.0 {
                 return Ok(Vec::new());
             }
             let started = Instant::now();
@@ -342,11 +380,31 @@ impl Retriever {
         };
         let dense = async {
             let started = Instant::now();
-            let hits = match vector {
-                Some(v) if weights.1 > 0.0 => self.vector_hits(v, n).await,
-                _ => Vec::new(),
+            let Some(v) = vector.filter(|_| weights.wants_vector()) else {
+                return (Vec::new(), Vec::new());
             };
-            let searched = (vector.is_some() && weights.1 > 0.0).then(|| started.elapsed());
+            let others: Vec<&str> = Lang::ALL
+                .iter()
+                .filter(|l| **l != lang)
+                .map(|l| l.code())
+                .collect();
+            let split = weights.across > 0.0;
+            let own = async {
+                match (weights.dense > 0.0, split) {
+                    (false, _) => Vec::new(),
+                    (true, false) => self.vector_hits(v, n, Languages::All).await,
+                    (true, true) => self.vector_hits(v, n, Languages::NotIn(&others)).await,
+                }
+            };
+            let across = async {
+                if split {
+                    self.vector_hits(v, n, Languages::In(&others)).await
+                } else {
+                    Vec::new()
+                }
+            };
+            let hits = tokio::join!(own, across);
+            let searched = Some(started.elapsed());
             if let Some(took) = match (embedding, searched) {
                 (None, None) => None,
                 (a, b) => Some(a.unwrap_or_default() + b.unwrap_or_default()),
@@ -355,15 +413,24 @@ impl Retriever {
             }
             hits
         };
-        let (lexical, dense): (anyhow::Result<Vec<Hit>>, Vec<Hit>) = tokio::join!(lexical, dense);
+        let (lexical, (dense, across)) = tokio::join!(lexical, dense);
         let lexical = lexical?;
         let started = Instant::now();
-        let hits = self.fuse(query, &lexical, &dense, weights, top);
+        let hits = self.fuse(
+            query,
+            &[
+                (weights.lexical, lexical.as_slice()),
+                (weights.dense, dense.as_slice()),
+                (weights.across, across.as_slice()),
+            ],
+            top,
+        );
         telemetry::retrieval("fusion", started.elapsed());
         Ok(Found {
             hits,
             lexical: lexical.len(),
             dense: dense.len(),
+            across: across.len(),
         })
     }
 
@@ -383,11 +450,11 @@ impl Retriever {
         }
     }
 
-    async fn vector_hits(&self, vector: &[f32], n: usize) -> Vec<Hit> {
+    async fn vector_hits(&self, vector: &[f32], n: usize, languages: Languages<'_>) -> Vec<Hit> {
         let Some((_, store)) = &self.dense else {
             return Vec::new();
         };
-        match store.search(vector, n, None).await {
+        match store.search(vector, n, languages).await {
             Ok(hits) => {
                 self.recover();
                 hits
@@ -399,35 +466,27 @@ impl Retriever {
         }
     }
 
-    /// Weighted RRF, doc-type boosts for definition questions, dedupe, top_k.
-    fn fuse(
-        &self,
-        query: &str,
-        lexical: &[Hit],
-        dense: &[Hit],
-        weights: (f32, f32),
-        top: usize,
-    ) -> Vec<Scored> {
-        let lexical_ids: Vec<&str> = lexical.iter().map(|h| h.chunk.chunk_id.as_str()).collect();
-        let dense_ids: Vec<&str> = dense.iter().map(|h| h.chunk.chunk_id.as_str()).collect();
-        let fused = rrf(
-            &[
-                Ranked {
-                    weight: weights.0,
-                    items: &lexical_ids,
-                },
-                Ranked {
-                    weight: weights.1,
-                    items: &dense_ids,
-                },
-            ],
-            self.settings.rrf_k,
-        );
+    /// Weighted RRF of the (weight, list) pairs, doc-type boosts for definition questions,
+    /// dedupe, top_k.
+    fn fuse(&self, query: &str, lists: &[(f32, &[Hit])], top: usize) -> Vec<Scored> {
+        let ids: Vec<Vec<&str>> = lists
+            .iter()
+            .map(|(_, hits)| hits.iter().map(|h| h.chunk.chunk_id.as_str()).collect())
+            .collect();
+        let ranked_lists: Vec<Ranked<'_, &str>> = lists
+            .iter()
+            .zip(&ids)
+            .map(|((weight, _), items)| Ranked {
+                weight: *weight,
+                items,
+            })
+            .collect();
+        let fused = rrf(&ranked_lists, self.settings.rrf_k);
         let definition = is_definition_question(query);
         let find = |id: &str| {
-            lexical
+            lists
                 .iter()
-                .chain(dense)
+                .flat_map(|(_, hits)| hits.iter())
                 .find(|h| h.chunk.chunk_id == id)
                 .map(|h| h.chunk.as_ref())
         };

@@ -12,6 +12,9 @@ pub enum Lang {
 }
 
 impl Lang {
+    /// Every language told apart.
+    pub const ALL: [Lang; 2] = [Lang::En, Lang::Es];
+
     pub fn code(self) -> &'static str {
         match self {
             Lang::En => "en",

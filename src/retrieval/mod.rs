@@ -105,6 +105,29 @@ pub trait LexicalIndex: Send + Sync {
     }
 }
 
+/// Which chunks a vector search considers, by their `language`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Languages<'a> {
+    All,
+    /// Only chunks written in one of these.
+    In(&'a [&'a str]),
+    /// Every chunk but those written in one of these.
+    NotIn(&'a [&'a str]),
+}
+
+impl Languages<'_> {
+    /// The chunk languages named, and whether they are the ones let through (`None` for
+    /// `All`).
+    pub fn listed(self) -> Option<(Vec<String>, bool)> {
+        let owned = |codes: &[&str]| codes.iter().map(|c| c.to_string()).collect();
+        match self {
+            Languages::All => None,
+            Languages::In(codes) => Some((owned(codes), true)),
+            Languages::NotIn(codes) => Some((owned(codes), false)),
+        }
+    }
+}
+
 /// A chunk with its dense vector, as stored in the vector store.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VectorPoint {
@@ -122,12 +145,12 @@ pub trait VectorStore: Send + Sync {
     async fn upsert(&self, points: Vec<VectorPoint>) -> anyhow::Result<()>;
     /// Removes every point of these files.
     async fn remove_files(&self, files: &[String]) -> anyhow::Result<()>;
-    /// The `top_n` nearest chunks, optionally only of one document type.
+    /// The `top_n` nearest chunks among those `languages` lets through.
     async fn search(
         &self,
         vector: &[f32],
         top_n: usize,
-        doc_type: Option<DocType>,
+        languages: Languages<'_>,
     ) -> anyhow::Result<Vec<Hit>>;
     /// Number of points stored.
     async fn count(&self) -> anyhow::Result<u64>;

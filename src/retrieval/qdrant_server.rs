@@ -13,8 +13,8 @@ use qdrant_client::qdrant::{
 };
 use qdrant_client::{Payload, Qdrant};
 
-use super::edge::point_number;
-use super::{DocType, Hit, KnowledgeChunk, VectorPoint, VectorStore};
+use super::edge::{point_number, INDEXED_FIELDS};
+use super::{Hit, KnowledgeChunk, Languages, VectorPoint, VectorStore};
 
 const HNSW_EF: u64 = 128;
 const HNSW_EF_FILTERED: u64 = 256;
@@ -89,7 +89,7 @@ impl VectorStore for QdrantServerStore {
             )
             .await
             .map_err(|e| self.err("create collection failed", e))?;
-        for field in ["doc_type", "source_file"] {
+        for field in INDEXED_FIELDS {
             self.client
                 .create_field_index(
                     CreateFieldIndexCollectionBuilder::new(
@@ -153,9 +153,10 @@ impl VectorStore for QdrantServerStore {
         &self,
         vector: &[f32],
         top_n: usize,
-        doc_type: Option<DocType>,
+        languages: Languages<'_>,
     ) -> anyhow::Result<Vec<Hit>> {
-        let ef = if doc_type.is_some() {
+        let languages = languages.listed();
+        let ef = if languages.is_some() {
             HNSW_EF_FILTERED
         } else {
             HNSW_EF
@@ -164,11 +165,13 @@ impl VectorStore for QdrantServerStore {
             SearchPointsBuilder::new(self.collection.as_str(), vector.to_vec(), top_n as u64)
                 .with_payload(true)
                 .params(SearchParamsBuilder::default().hnsw_ef(ef));
-        if let Some(t) = doc_type {
-            request = request.filter(Filter::must([Condition::matches(
-                "doc_type",
-                t.as_str().to_string(),
-            )]));
+        if let Some((codes, wanted)) = languages {
+            let condition = [Condition::matches("language", codes)];
+            request = request.filter(if wanted {
+                Filter::must(condition)
+            } else {
+                Filter::must_not(condition)
+            });
         }
         let response = self
             .client

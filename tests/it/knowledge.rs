@@ -11,7 +11,7 @@ use assist_gateway::ingest::Quiet;
 use assist_gateway::retrieval::edge::EdgeStore;
 use assist_gateway::retrieval::hybrid::{DenseState, Mode};
 use assist_gateway::retrieval::qdrant_server::QdrantServerStore;
-use assist_gateway::retrieval::{DocType, KnowledgeChunk, VectorPoint, VectorStore};
+use assist_gateway::retrieval::{DocType, KnowledgeChunk, Languages, VectorPoint, VectorStore};
 use serde_json::json;
 
 fn chunk(id: &str, file: &str, doc_type: DocType, text: &str) -> KnowledgeChunk {
@@ -44,16 +44,23 @@ where
     assert_eq!(store.count().await.unwrap(), 0, "a new store is empty");
     store.ensure_collection(3).await.unwrap();
     store.ensure_collection(3).await.unwrap();
+    let mut code = point("b", "b.rs", DocType::Code, [0.9, 0.1, 0.0]);
+    code.chunk.language = "rust".into();
+    let mut spanish = point("c", "c.md", DocType::Spec, [0.0, 1.0, 0.0]);
+    spanish.chunk.language = "es".into();
     store
         .upsert(vec![
             point("a", "a.md", DocType::Narrative, [1.0, 0.0, 0.0]),
-            point("b", "b.rs", DocType::Code, [0.9, 0.1, 0.0]),
-            point("c", "c.md", DocType::Spec, [0.0, 1.0, 0.0]),
+            code,
+            spanish,
         ])
         .await
         .unwrap();
     assert_eq!(store.count().await.unwrap(), 3);
-    let hits = store.search(&[1.0, 0.05, 0.0], 3, None).await.unwrap();
+    let hits = store
+        .search(&[1.0, 0.05, 0.0], 3, Languages::All)
+        .await
+        .unwrap();
     let ids: Vec<&str> = hits.iter().map(|h| h.chunk.chunk_id.as_str()).collect();
     assert_eq!(ids, ["a", "b", "c"]);
     assert!(hits[0].score > hits[2].score);
@@ -62,16 +69,27 @@ where
         "the payload comes back whole"
     );
     assert_eq!(hits[1].chunk.doc_type, DocType::Code);
-    let code = store
-        .search(&[1.0, 0.0, 0.0], 3, Some(DocType::Code))
+    // By language: only some, or all but some (nearest first either way).
+    let ids = |hits: Vec<assist_gateway::retrieval::Hit>| {
+        hits.iter()
+            .map(|h| h.chunk.chunk_id.clone())
+            .collect::<Vec<_>>()
+    };
+    let only_es = store
+        .search(&[1.0, 0.0, 0.0], 3, Languages::In(&["es"]))
         .await
         .unwrap();
-    assert_eq!(
-        code.iter()
-            .map(|h| h.chunk.chunk_id.as_str())
-            .collect::<Vec<_>>(),
-        ["b"]
-    );
+    assert_eq!(ids(only_es), ["c"]);
+    let not_es = store
+        .search(&[0.0, 1.0, 0.0], 3, Languages::NotIn(&["es"]))
+        .await
+        .unwrap();
+    assert_eq!(ids(not_es), ["b", "a"]);
+    let several = store
+        .search(&[1.0, 0.0, 0.0], 3, Languages::In(&["es", "rust"]))
+        .await
+        .unwrap();
+    assert_eq!(ids(several), ["b", "c"]);
     // Upsert by chunk id replaces.
     store
         .upsert(vec![point(
@@ -95,7 +113,10 @@ where
     drop(store);
     let reopened = reopen().await;
     assert_eq!(reopened.count().await.unwrap(), 2, "persisted");
-    let top = reopened.search(&[0.0, 0.0, 1.0], 1, None).await.unwrap();
+    let top = reopened
+        .search(&[0.0, 0.0, 1.0], 1, Languages::All)
+        .await
+        .unwrap();
     assert_eq!(top[0].chunk.chunk_id, "a");
 }
 
@@ -430,4 +451,97 @@ async fn a_missing_index_is_reported_never_replaced_silently() {
     .await;
     assert_eq!(status, 200, "answers without knowledge: {text}");
     drop(data);
+}
+
+/// An embedding model that maps every question to one fixed direction (the chunks' vectors
+/// are stored by hand), standing in for a model that reads English and Spanish.
+struct FixedQuery(Vec<f32>);
+
+#[async_trait::async_trait]
+impl assist_gateway::llm::Embedder for FixedQuery {
+    fn describe(&self) -> String {
+        "fixed query vector".into()
+    }
+    async fn embed(
+        &self,
+        texts: &[String],
+        _kind: assist_gateway::llm::TextKind,
+    ) -> Result<Vec<Vec<f32>>, assist_gateway::llm::UpstreamError> {
+        Ok(texts.iter().map(|_| self.0.clone()).collect())
+    }
+}
+
+#[tokio::test]
+async fn an_answer_written_only_in_the_other_language_gets_a_place() {
+    use assist_gateway::retrieval::hybrid::Retriever;
+    use assist_gateway::retrieval::lexical::TantivyIndex;
+    use assist_gateway::retrieval::{Lang, LexicalIndex};
+    use std::sync::Arc;
+
+    // Eight Spanish files nearer the question than the one English file that answers it
+    // (a multilingual model ranks the question's own language first), no words in common.
+    let mut points = Vec::new();
+    for i in 1..=8 {
+        let mut p = point(
+            &format!("es{i}"),
+            &format!("es/tema{i}.md"),
+            DocType::Narrative,
+            [1.0, 0.05 * i as f32, 0.0],
+        );
+        p.chunk.language = "es".into();
+        points.push(p);
+    }
+    points.push(point(
+        "answer",
+        "en/keyboard.md",
+        DocType::Narrative,
+        [1.0, 0.6, 0.0],
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let store = EdgeStore::open(dir.path()).unwrap();
+    store.ensure_collection(3).await.unwrap();
+    store.upsert(points.clone()).await.unwrap();
+    let lexical = TantivyIndex::in_memory().unwrap();
+    let files: Vec<(String, Vec<KnowledgeChunk>)> = points
+        .iter()
+        .map(|p| (p.chunk.source_file.clone(), vec![p.chunk.clone()]))
+        .collect();
+    lexical.replace_files(&files).unwrap();
+    let lexical: Arc<dyn LexicalIndex> = Arc::new(lexical);
+    let store: Arc<dyn VectorStore> = Arc::new(store);
+    let embedder: Arc<dyn assist_gateway::llm::Embedder> =
+        Arc::new(FixedQuery(vec![1.0, 0.0, 0.0]));
+    let question = "¿Cómo cambio la distribución del teclado de la consola?";
+    let files_found = |cross: f32, langs: Vec<Lang>| {
+        let mut settings = Settings::load_without_env(None).unwrap().retrieval;
+        settings.cross_language_weight = cross;
+        let r = Retriever::new(
+            lexical.clone(),
+            Some((embedder.clone(), store.clone())),
+            settings,
+            langs,
+        );
+        async move {
+            let hits = r.search(question, Mode::Hybrid).await.unwrap();
+            assert_eq!(hits.len(), 8);
+            hits.into_iter()
+                .map(|h| h.chunk.source_file)
+                .collect::<Vec<_>>()
+        }
+    };
+    let both = vec![Lang::En, Lang::Es];
+    let found = files_found(1.0, both.clone()).await;
+    assert!(
+        found.contains(&"en/keyboard.md".to_string()),
+        "the English answer is among the 8: {found:?}"
+    );
+    // One dense list (the split turned off): eight Spanish files fill the results.
+    let one_list = files_found(0.0, both).await;
+    assert!(
+        !one_list.contains(&"en/keyboard.md".to_string()),
+        "{one_list:?}"
+    );
+    // A model that reads only Spanish cannot rank English against the question: no split.
+    let spanish_only = files_found(1.0, vec![Lang::Es]).await;
+    assert_eq!(spanish_only, one_list);
 }
