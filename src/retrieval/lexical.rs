@@ -30,6 +30,11 @@ use super::{Hit, KnowledgeChunk, Lang, LexicalIndex};
 const EN: &str = "assist_en";
 const ES: &str = "assist_es";
 const CODE: &str = "assist_code";
+/// The code field's analyzer for a query in each language: the same tokens, less that
+/// language's function words ("de", "la", "the": no identifier, but in every chunk's code
+/// field, where a Spanish question's many function words outweighed its real terms).
+const CODE_QUERY_EN: &str = "assist_code_query_en";
+const CODE_QUERY_ES: &str = "assist_code_query_es";
 /// Largest index (in chunks, deleted ones included) merged into one segment after
 /// ingestion: about half a second of merging at most (`cargo bench --bench retrieval`).
 const MERGE_ALL_UP_TO_DOCS: u64 = 50_000;
@@ -126,10 +131,20 @@ fn register_analyzers(index: &Index) -> anyhow::Result<()> {
         .filter(LowerCaser)
         .filter(AsciiFoldingFilter)
         .build();
+    let code_query = |lang| -> anyhow::Result<TextAnalyzer> {
+        Ok(TextAnalyzer::builder(SimpleTokenizer::default())
+            .filter(RemoveLongFilter::limit(60))
+            .filter(LowerCaser)
+            .filter(stop(lang)?)
+            .filter(AsciiFoldingFilter)
+            .build())
+    };
     let manager = index.tokenizers();
     manager.register(EN, english);
     manager.register(ES, spanish);
     manager.register(CODE, code);
+    manager.register(CODE_QUERY_EN, code_query(Language::English)?);
+    manager.register(CODE_QUERY_ES, code_query(Language::Spanish)?);
     Ok(())
 }
 
@@ -329,24 +344,24 @@ impl TantivyIndex {
         }
         Ok(chunk)
     }
+}
 
-    /// Analyzed terms of `text` for one field, each once (linear in the text: a question
-    /// of 25,000 distinct words took seconds when repeats were found by scanning).
-    fn terms(&self, field: Field, text: &str) -> anyhow::Result<Vec<Term>> {
-        let mut analyzer = self.index.tokenizer_for_field(field)?;
-        let mut seen: HashSet<String> = HashSet::new();
-        let mut words: Vec<String> = Vec::new();
-        let mut stream = analyzer.token_stream(text);
-        stream.process(&mut |t| {
-            if seen.insert(t.text.clone()) {
-                words.push(t.text.clone());
-            }
-        });
-        Ok(words
-            .iter()
-            .map(|w| Term::from_field_text(field, w))
-            .collect())
-    }
+/// The distinct terms `analyzer` makes of `text` for `field`, each once (linear in the
+/// text: a question of 25,000 distinct words took seconds when repeats were found by
+/// scanning).
+fn terms(mut analyzer: TextAnalyzer, field: Field, text: &str) -> Vec<Term> {
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut words: Vec<String> = Vec::new();
+    let mut stream = analyzer.token_stream(text);
+    stream.process(&mut |t| {
+        if seen.insert(t.text.clone()) {
+            words.push(t.text.clone());
+        }
+    });
+    words
+        .iter()
+        .map(|w| Term::from_field_text(field, w))
+        .collect()
 }
 
 impl LexicalIndex for TantivyIndex {
@@ -379,9 +394,9 @@ impl LexicalIndex for TantivyIndex {
 
     fn search(&self, query: &str, lang: Lang, top_n: usize) -> anyhow::Result<Vec<Hit>> {
         let f = &self.fields;
-        let (body, section) = match lang {
-            Lang::En => (f.body_en, f.section_en),
-            Lang::Es => (f.body_es, f.section_es),
+        let (body, section, code_query_analyzer) = match lang {
+            Lang::En => (f.body_en, f.section_en, CODE_QUERY_EN),
+            Lang::Es => (f.body_es, f.section_es, CODE_QUERY_ES),
         };
         let searcher = self.reader.searcher();
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
@@ -395,12 +410,18 @@ impl LexicalIndex for TantivyIndex {
             Ok(())
         };
         let code_query = split_identifiers(query);
-        for (field, text, boost) in [
-            (body, query, BODY_BOOST),
-            (section, query, SECTION_BOOST),
-            (f.code, code_query.as_str(), CODE_BOOST),
+        let own = |field| self.index.tokenizer_for_field(field);
+        let code_analyzer = self
+            .index
+            .tokenizers()
+            .get(code_query_analyzer)
+            .ok_or_else(|| anyhow!("no analyzer {code_query_analyzer}"))?;
+        for (field, analyzer, text, boost) in [
+            (body, own(body)?, query, BODY_BOOST),
+            (section, own(section)?, query, SECTION_BOOST),
+            (f.code, code_analyzer, code_query.as_str(), CODE_BOOST),
         ] {
-            for term in self.terms(field, text)? {
+            for term in terms(analyzer, field, text) {
                 add(term, boost)?;
             }
         }
@@ -569,6 +590,38 @@ mod tests {
         let hit = &index.search("user name", Lang::En, 1).unwrap()[0];
         assert_eq!(hit.chunk.doc_type, DocType::Code);
         assert_eq!(hit.chunk.source_file, "src/users.rs");
+    }
+
+    #[test]
+    fn a_questions_function_words_do_not_find_prose_through_the_code_field() {
+        let mut files = corpus();
+        // Spanish prose dense with function words ("de", "la", "que", "el"), none of the
+        // question's own terms.
+        files.push((
+            "docs/notas.es.md".into(),
+            vec![chunk(
+                "es-notes",
+                "docs/notas.es.md",
+                DocType::Narrative,
+                "Notas",
+                "La mayor parte de los cambios de la versión son de la documentación y de la \
+                 traducción que el equipo de la casa hace en el mes de mayo de cada año.",
+            )],
+        ));
+        let index = TantivyIndex::in_memory().unwrap();
+        index.replace_files(&files).unwrap();
+        let q = "¿Qué devuelve getUserName si el id no es de la base de datos?";
+        let hits = index.search(q, Lang::Es, 4).unwrap();
+        assert_eq!(ids(&hits), ["code-1"], "{hits:?}");
+        // The same for English function words.
+        let hits = index
+            .search(
+                "what is the name of the user that getUserName returns",
+                Lang::En,
+                4,
+            )
+            .unwrap();
+        assert_eq!(ids(&hits)[0], "code-1", "{hits:?}");
     }
 
     /// Chunks are decoded once per searcher generation: a search after a change reads
