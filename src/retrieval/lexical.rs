@@ -30,10 +30,10 @@ use super::{Hit, KnowledgeChunk, Lang, LexicalIndex};
 const EN: &str = "assist_en";
 const ES: &str = "assist_es";
 const CODE: &str = "assist_code";
-/// The code field's analyzer for a query in each language: the same tokens, less that
-/// language's function words ("de", "la", "the": no identifier, but in every chunk's code
-/// field, where a Spanish question's many function words outweighed its real terms).
-const CODE_QUERY_EN: &str = "assist_code_query_en";
+/// The code field's analyzer for a Spanish query: the same tokens less Spanish function
+/// words. "de", "la", "que" name nothing in code but sit in every Spanish chunk's code
+/// field, where a question's many function words outweighed its real terms. English
+/// queries keep theirs: "for", "if", "in", "not", "this", "as" are code keywords too.
 const CODE_QUERY_ES: &str = "assist_code_query_es";
 /// Largest index (in chunks, deleted ones included) merged into one segment after
 /// ingestion: about half a second of merging at most (`cargo bench --bench retrieval`).
@@ -131,20 +131,17 @@ fn register_analyzers(index: &Index) -> anyhow::Result<()> {
         .filter(LowerCaser)
         .filter(AsciiFoldingFilter)
         .build();
-    let code_query = |lang| -> anyhow::Result<TextAnalyzer> {
-        Ok(TextAnalyzer::builder(SimpleTokenizer::default())
-            .filter(RemoveLongFilter::limit(60))
-            .filter(LowerCaser)
-            .filter(stop(lang)?)
-            .filter(AsciiFoldingFilter)
-            .build())
-    };
+    let code_query_es = TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(60))
+        .filter(LowerCaser)
+        .filter(stop(Language::Spanish)?)
+        .filter(AsciiFoldingFilter)
+        .build();
     let manager = index.tokenizers();
     manager.register(EN, english);
     manager.register(ES, spanish);
     manager.register(CODE, code);
-    manager.register(CODE_QUERY_EN, code_query(Language::English)?);
-    manager.register(CODE_QUERY_ES, code_query(Language::Spanish)?);
+    manager.register(CODE_QUERY_ES, code_query_es);
     Ok(())
 }
 
@@ -395,7 +392,7 @@ impl LexicalIndex for TantivyIndex {
     fn search(&self, query: &str, lang: Lang, top_n: usize) -> anyhow::Result<Vec<Hit>> {
         let f = &self.fields;
         let (body, section, code_query_analyzer) = match lang {
-            Lang::En => (f.body_en, f.section_en, CODE_QUERY_EN),
+            Lang::En => (f.body_en, f.section_en, CODE),
             Lang::Es => (f.body_es, f.section_es, CODE_QUERY_ES),
         };
         let searcher = self.reader.searcher();
@@ -608,20 +605,25 @@ mod tests {
                  traducción que el equipo de la casa hace en el mes de mayo de cada año.",
             )],
         ));
+        files.push((
+            "src/loop.py".into(),
+            vec![chunk(
+                "code-loop",
+                "src/loop.py",
+                DocType::Code,
+                "",
+                "for x in items:\n    if not x: continue",
+            )],
+        ));
         let index = TantivyIndex::in_memory().unwrap();
         index.replace_files(&files).unwrap();
         let q = "¿Qué devuelve getUserName si el id no es de la base de datos?";
         let hits = index.search(q, Lang::Es, 4).unwrap();
         assert_eq!(ids(&hits), ["code-1"], "{hits:?}");
-        // The same for English function words.
-        let hits = index
-            .search(
-                "what is the name of the user that getUserName returns",
-                Lang::En,
-                4,
-            )
-            .unwrap();
-        assert_eq!(ids(&hits)[0], "code-1", "{hits:?}");
+        // English function words stay: they are code keywords too (all of this question
+        // is English stop words).
+        let hits = index.search("for in if not", Lang::En, 4).unwrap();
+        assert_eq!(ids(&hits), ["code-loop"], "{hits:?}");
     }
 
     /// Chunks are decoded once per searcher generation: a search after a change reads
