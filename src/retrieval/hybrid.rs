@@ -381,6 +381,10 @@ impl Retriever {
         let dense = async {
             let started = Instant::now();
             let Some(v) = vector.filter(|_| weights.wants_vector()) else {
+                // An embedding asked for that failed still took its time.
+                if let Some(took) = embedding {
+                    telemetry::retrieval("dense", took);
+                }
                 return (Vec::new(), Vec::new());
             };
             let others: Vec<&str> = Lang::ALL
@@ -404,13 +408,7 @@ impl Retriever {
                 }
             };
             let hits = tokio::join!(own, across);
-            let searched = Some(started.elapsed());
-            if let Some(took) = match (embedding, searched) {
-                (None, None) => None,
-                (a, b) => Some(a.unwrap_or_default() + b.unwrap_or_default()),
-            } {
-                telemetry::retrieval("dense", took);
-            }
+            telemetry::retrieval("dense", embedding.unwrap_or_default() + started.elapsed());
             hits
         };
         let (lexical, (dense, across)) = tokio::join!(lexical, dense);
