@@ -8,6 +8,7 @@ pub mod ollama;
 pub mod openai;
 pub mod resilient;
 pub mod tokenize;
+mod unigram;
 
 use std::sync::Arc;
 use std::time::Duration;
