@@ -93,7 +93,8 @@ impl Unigram {
             let before = best[start].map_or(0.0, |b| b.score);
             let single = start + ch.len_utf8();
             let mut covered = false;
-            // Every piece starting here, shortest first (a tie keeps the shorter piece).
+            // Every piece starting here, shortest first; a split that only ties with the one
+            // kept does not replace it (the crate's order: the earlier start wins).
             let ends = word[start..]
                 .char_indices()
                 .skip(1)
