@@ -73,22 +73,25 @@ impl Unigram {
         }
         marked.extend(text.chars().map(|c| if c == ' ' { MARK } else { c }));
         let mut ids = Vec::new();
+        // One lattice for every word: a text is segmented without an allocation per word.
+        let mut best = Vec::new();
         let mut start = 0;
         for (at, _) in marked.match_indices(MARK).skip_while(|(at, _)| *at == 0) {
-            self.word(&marked[start..at], &mut ids);
+            self.word(&marked[start..at], &mut best, &mut ids);
             start = at;
         }
-        self.word(&marked[start..], &mut ids);
+        self.word(&marked[start..], &mut best, &mut ids);
         ids
     }
 
-    /// Appends the ids of `word`'s best split.
-    fn word(&self, word: &str, out: &mut Vec<u32>) {
+    /// Appends the ids of `word`'s best split; `best` is the lattice, reused.
+    fn word(&self, word: &str, best: &mut Vec<Option<Best>>, out: &mut Vec<u32>) {
         if word.is_empty() {
             return;
         }
         // best[i]: the best split of word[..i]; None where no piece ends.
-        let mut best: Vec<Option<Best>> = vec![None; word.len() + 1];
+        best.clear();
+        best.resize(word.len() + 1, None);
         for (start, ch) in word.char_indices() {
             let before = best[start].map_or(0.0, |b| b.score);
             let single = start + ch.len_utf8();
@@ -103,12 +106,12 @@ impl Unigram {
                 .take_while(|end| end - start <= self.longest);
             for end in ends {
                 if let Some(&id) = self.ids.get(&word[start..end]) {
-                    offer(&mut best, end, before + self.scores[id as usize], start, id);
+                    offer(best, end, before + self.scores[id as usize], start, id);
                     covered |= end == single;
                 }
             }
             if !covered {
-                offer(&mut best, single, before + self.unk_score, start, self.unk);
+                offer(best, single, before + self.unk_score, start, self.unk);
             }
         }
         // Back from the end; neighbouring unknown pieces become one.
