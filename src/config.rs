@@ -341,9 +341,9 @@ pub struct RetrievalSettings {
     pub bm25_weight: f32,
     pub dense_weight: f32,
     pub foreign_dense_weight: f32,
-    /// The dense list of chunks in other languages than the query's (with an embedder
-    /// that reads more than one language).
-    pub cross_language_weight: f32,
+    /// Added to the similarity of chunks in other languages than the query's before the
+    /// dense list is ranked (with an embedder that reads more than one language).
+    pub cross_language_offset: f32,
     /// Most chunks of one file in a search's results while other files have candidates
     /// (0 = no limit).
     pub max_chunks_per_file: usize,
@@ -869,14 +869,15 @@ impl RetrievalSettings {
             "retrieval.max_query_chars",
             "must be at least 16",
         )?;
+        check(
+            (0.0..=1.0).contains(&self.cross_language_offset),
+            "retrieval.cross_language_offset",
+            "must be a number from 0 to 1",
+        )?;
         let weights = [
             ("retrieval.bm25_weight", self.bm25_weight),
             ("retrieval.dense_weight", self.dense_weight),
             ("retrieval.foreign_dense_weight", self.foreign_dense_weight),
-            (
-                "retrieval.cross_language_weight",
-                self.cross_language_weight,
-            ),
             ("retrieval.spec_boost", self.spec_boost),
             ("retrieval.narrative_boost", self.narrative_boost),
             ("retrieval.code_example_boost", self.code_example_boost),

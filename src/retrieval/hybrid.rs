@@ -3,12 +3,14 @@
 //! `max_chunks_per_file` of one file while others have candidates), cut to `top_k`. When the
 //! embedder or the vector store fails, BM25 answers alone and readiness says why.
 //!
-//! With an embedder that reads more than one language, the dense list is split in two by
-//! the chunks' language, both ranked by the same query vector: the chunks in the question's
+//! With an embedder that reads more than one language, the dense list is searched in two
+//! halves by the chunks' language, with the same query vector: the chunks in the question's
 //! language (and code, which questions in every language ask about), and the chunks in the
-//! other languages. In one list a multilingual model ranks passages in the question's own
-//! language first, so a passage in the other language that holds the answer seldom reaches
-//! the top; in its own list its rank counts as much as theirs.
+//! other languages, whose similarities are raised by `retrieval.cross_language_offset`
+//! before both halves make one list. A multilingual model scores a passage in the
+//! question's own language above the same passage translated, so without the offset a
+//! passage in the other language that holds the answer seldom reaches the top; with it,
+//! each passage ranks about where its translation would.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -51,7 +53,7 @@ pub struct Found {
     pub hits: Vec<Scored>,
     pub lexical: usize,
     pub dense: usize,
-    /// Dense candidates in other natural languages than the question's.
+    /// Of the dense candidates, those in other natural languages than the question's.
     pub across: usize,
 }
 
@@ -60,14 +62,14 @@ pub struct Found {
 struct Weights {
     lexical: f32,
     dense: f32,
-    /// The dense list of chunks in other natural languages than the query's (0 = the
-    /// dense list is not split).
-    across: f32,
+    /// The offset added to the similarity of chunks in other natural languages than the
+    /// query's, searched as a half of their own; `None` = one search over every chunk.
+    across: Option<f32>,
 }
 
 impl Weights {
     fn wants_vector(&self) -> bool {
-        self.dense > 0.0 || self.across > 0.0
+        self.dense > 0.0
     }
 }
 
@@ -319,15 +321,11 @@ impl Retriever {
         };
         // Ranking other languages' chunks against the query takes a model that reads both.
         let crosses = reads_query && self.embed_langs.iter().any(|l| *l != lang);
-        let across = if crosses {
-            self.settings.cross_language_weight
-        } else {
-            0.0
-        };
-        let (lexical, dense, across) = match mode {
-            Mode::Hybrid => (self.settings.bm25_weight, dense, across),
-            Mode::Lexical => (1.0, 0.0, 0.0),
-            Mode::Dense => (0.0, 1.0, 0.0),
+        let across = crosses.then_some(self.settings.cross_language_offset);
+        let (lexical, dense) = match mode {
+            Mode::Hybrid => (self.settings.bm25_weight, dense),
+            Mode::Lexical => (1.0, 0.0),
+            Mode::Dense => (0.0, 1.0),
         };
         Weights {
             lexical,
@@ -385,29 +383,28 @@ impl Retriever {
                 if let Some(took) = embedding {
                     telemetry::retrieval("dense", took);
                 }
-                return (Vec::new(), Vec::new());
+                return (Vec::new(), 0);
             };
-            let others: Vec<&str> = Lang::ALL
-                .iter()
-                .filter(|l| **l != lang)
-                .map(|l| l.code())
-                .collect();
-            let split = weights.across > 0.0;
-            let own = async {
-                match (weights.dense > 0.0, split) {
-                    (false, _) => Vec::new(),
-                    (true, false) => self.vector_hits(v, n, Languages::All).await,
-                    (true, true) => self.vector_hits(v, n, Languages::NotIn(&others)).await,
+            let hits = match weights.across {
+                None => (self.vector_hits(v, n, Languages::All).await, 0),
+                Some(offset) => {
+                    let others: Vec<&str> = Lang::ALL
+                        .iter()
+                        .filter(|l| **l != lang)
+                        .map(|l| l.code())
+                        .collect();
+                    let (own, across) = tokio::join!(
+                        self.vector_hits(v, n, Languages::NotIn(&others)),
+                        self.vector_hits(v, n, Languages::In(&others)),
+                    );
+                    let merged = with_offset(own, across, offset, n);
+                    let across = merged
+                        .iter()
+                        .filter(|h| others.contains(&h.chunk.language.as_str()))
+                        .count();
+                    (merged, across)
                 }
             };
-            let across = async {
-                if split {
-                    self.vector_hits(v, n, Languages::In(&others)).await
-                } else {
-                    Vec::new()
-                }
-            };
-            let hits = tokio::join!(own, across);
             telemetry::retrieval("dense", embedding.unwrap_or_default() + started.elapsed());
             hits
         };
@@ -419,7 +416,6 @@ impl Retriever {
             &[
                 (weights.lexical, lexical.as_slice()),
                 (weights.dense, dense.as_slice()),
-                (weights.across, across.as_slice()),
             ],
             top,
         );
@@ -428,7 +424,7 @@ impl Retriever {
             hits,
             lexical: lexical.len(),
             dense: dense.len(),
-            across: across.len(),
+            across,
         })
     }
 
@@ -540,6 +536,20 @@ pub fn bounded(query: &str, max: usize) -> Cow<'_, str> {
     Cow::Owned(format!("{head} {}", &query[tail_from..]))
 }
 
+/// One dense list of the best `n` of both halves: the question's language (and code), and
+/// the other languages, whose similarities count `offset` more. Each hit keeps its own
+/// similarity; on a tie the question's own language comes first.
+fn with_offset(own: Vec<Hit>, across: Vec<Hit>, offset: f32, n: usize) -> Vec<Hit> {
+    let mut all: Vec<(f32, Hit)> = own
+        .into_iter()
+        .map(|h| (h.score, h))
+        .chain(across.into_iter().map(|h| (h.score + offset, h)))
+        .collect();
+    // A stable sort: the own half was added first.
+    all.sort_by(|a, b| b.0.total_cmp(&a.0));
+    all.into_iter().take(n).map(|(_, h)| h).collect()
+}
+
 /// The best `top` of `ranked` (best first) taking at most `per_file` chunks of one file
 /// while other files have candidates left; when that leaves fewer than `top`, the best
 /// chunks passed over fill the rest (a knowledge base of one file still gives `top`).
@@ -623,6 +633,39 @@ pub fn is_definition_question(query: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_other_languages_similarities_count_the_offset_more() {
+        let hit = |id: &str, score: f32| Hit {
+            chunk: Arc::new(KnowledgeChunk::sample(id, id)),
+            score,
+        };
+        let ids = |hits: Vec<Hit>| -> Vec<String> {
+            hits.into_iter().map(|h| h.chunk.chunk_id.clone()).collect()
+        };
+        let own = vec![hit("es-near", 0.90), hit("es-far", 0.80)];
+        let across = vec![hit("en-answer", 0.875), hit("en-off", 0.70)];
+        // Raw similarities: the question's own language first.
+        assert_eq!(
+            ids(with_offset(own.clone(), across.clone(), 0.0, 4)),
+            ["es-near", "en-answer", "es-far", "en-off"]
+        );
+        // The answer written in the other language passes the near miss; a passage that
+        // is far off stays below the question's language.
+        let merged = with_offset(own, across, 0.05, 3);
+        assert_eq!(merged[0].score, 0.875, "each hit keeps its own similarity");
+        assert_eq!(ids(merged), ["en-answer", "es-near", "es-far"]);
+        // A tie goes to the question's own language.
+        assert_eq!(
+            ids(with_offset(
+                vec![hit("own", 0.5)],
+                vec![hit("other", 0.25)],
+                0.25,
+                1
+            )),
+            ["own"]
+        );
+    }
 
     #[test]
     fn long_queries_are_read_by_their_ends() {
