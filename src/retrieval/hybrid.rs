@@ -57,14 +57,15 @@ pub struct Found {
     pub across: usize,
 }
 
-/// How much each list counts in one search (0 = not searched).
+/// How much each list counts in one search (0 = not searched), and how the dense list is
+/// searched.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Weights {
     lexical: f32,
     dense: f32,
     /// The offset added to the similarity of chunks in other natural languages than the
     /// query's, searched as a half of their own; `None` = one search over every chunk.
-    across: Option<f32>,
+    cross_offset: Option<f32>,
 }
 
 impl Weights {
@@ -321,7 +322,7 @@ impl Retriever {
         };
         // Ranking other languages' chunks against the query takes a model that reads both.
         let crosses = reads_query && self.embed_langs.iter().any(|l| *l != lang);
-        let across = crosses.then_some(self.settings.cross_language_offset);
+        let cross_offset = crosses.then_some(self.settings.cross_language_offset);
         let (lexical, dense) = match mode {
             Mode::Hybrid => (self.settings.bm25_weight, dense),
             Mode::Lexical => (1.0, 0.0),
@@ -330,7 +331,7 @@ impl Retriever {
         Weights {
             lexical,
             dense,
-            across,
+            cross_offset,
         }
     }
 
@@ -385,7 +386,7 @@ impl Retriever {
                 }
                 return (Vec::new(), 0);
             };
-            let hits = match weights.across {
+            let hits = match weights.cross_offset {
                 None => (self.vector_hits(v, n, Languages::All).await, 0),
                 Some(offset) => {
                     let others: Vec<&str> = Lang::ALL
