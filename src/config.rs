@@ -339,6 +339,9 @@ pub struct RetrievalSettings {
     pub rrf_k: f32,
     pub candidates: usize,
     pub bm25_weight: f32,
+    /// BM25's weight for questions in a language the embedder reads, in place of
+    /// `bm25_weight`.
+    pub bm25_weight_by_language: LanguageWeights,
     pub dense_weight: f32,
     pub foreign_dense_weight: f32,
     /// Added to the similarity of chunks in other languages than the query's before the
@@ -351,6 +354,16 @@ pub struct RetrievalSettings {
     pub narrative_boost: f32,
     pub code_example_boost: f32,
     pub code_boost: f32,
+}
+
+/// A number per natural language the retriever tells apart; unset = the general setting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LanguageWeights {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub en: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub es: Option<f32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -874,8 +887,17 @@ impl RetrievalSettings {
             "retrieval.cross_language_offset",
             "must be a number from 0 to 1",
         )?;
+        let by_language = &self.bm25_weight_by_language;
         let weights = [
             ("retrieval.bm25_weight", self.bm25_weight),
+            (
+                "retrieval.bm25_weight_by_language.en",
+                by_language.en.unwrap_or(0.0),
+            ),
+            (
+                "retrieval.bm25_weight_by_language.es",
+                by_language.es.unwrap_or(0.0),
+            ),
             ("retrieval.dense_weight", self.dense_weight),
             ("retrieval.foreign_dense_weight", self.foreign_dense_weight),
             ("retrieval.spec_boost", self.spec_boost),
@@ -1056,6 +1078,32 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API fixes the closure's error type
+    fn per_language_weights_are_set_one_language_at_a_time() {
+        figment::Jail::expect_with(|jail| {
+            let defaults = Settings::load_without_env(None).unwrap().retrieval;
+            assert_eq!(defaults.bm25_weight_by_language.en, None);
+            assert_eq!(defaults.bm25_weight_by_language.es, Some(0.2));
+            jail.create_file(
+                "c.toml",
+                "[retrieval]\nbm25_weight_by_language = { en = 0.8 }\n",
+            )?;
+            let s = Settings::load(Some(Path::new("c.toml"))).unwrap();
+            let by_language = s.retrieval.bm25_weight_by_language;
+            assert_eq!(by_language.en, Some(0.8));
+            assert_eq!(
+                by_language.es,
+                Some(0.2),
+                "the default's other languages stay"
+            );
+            jail.set_env("ASSIST__RETRIEVAL__BM25_WEIGHT_BY_LANGUAGE__ES", "1");
+            let s = Settings::load(Some(Path::new("c.toml"))).unwrap();
+            assert_eq!(s.retrieval.bm25_weight_by_language.es, Some(1.0));
+            Ok(())
+        });
+    }
+
+    #[test]
     fn api_keys_come_from_the_list_and_the_file() {
         let keys = write("# team keys\nkey-one\n\n  key-two  \n");
         let f = write(&format!(
@@ -1138,6 +1186,14 @@ mod tests {
             ("[llm]\nbase_url = \"ftp://x\"\n", "llm.base_url"),
             ("[llm]\nmodle = \"x\"\n", "llm"),
             ("[assistant]\nmodel = \"\"\n", "assistant.model"),
+            (
+                "[retrieval]\nbm25_weight_by_language = { fr = 0.5 }\n",
+                "retrieval.bm25_weight_by_language",
+            ),
+            (
+                "[retrieval]\nbm25_weight_by_language = { es = -1 }\n",
+                "retrieval.bm25_weight_by_language.es",
+            ),
         ];
         for (toml, key) in cases {
             let f = write(toml);

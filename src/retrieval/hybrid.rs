@@ -11,6 +11,13 @@
 //! question's own language above the same passage translated, so without the offset a
 //! passage in the other language that holds the answer seldom reaches the top; with it,
 //! each passage ranks about where its translation would.
+//!
+//! BM25 reads only the words of the question's language, and its weight can differ by that
+//! language (`retrieval.bm25_weight_by_language`) when the embedder reads it: Spanish
+//! technical prose keeps English commands and terms, so an English question's words still
+//! find Spanish passages, while a Spanish question's words find no English one, and BM25's
+//! full vote then pushes Spanish passages that miss the answer above the English one that
+//! holds it.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -323,8 +330,17 @@ impl Retriever {
         // Ranking other languages' chunks against the query takes a model that reads both.
         let crosses = reads_query && self.embed_langs.iter().any(|l| *l != lang);
         let cross_offset = crosses.then_some(self.settings.cross_language_offset);
+        // BM25 reads only the question's own words; how much it adds beside a dense list
+        // that reads the question's language was measured per language (README).
+        let by_language = &self.settings.bm25_weight_by_language;
+        let lexical = match lang {
+            Lang::En => by_language.en,
+            Lang::Es => by_language.es,
+        }
+        .filter(|_| reads_query)
+        .unwrap_or(self.settings.bm25_weight);
         let (lexical, dense) = match mode {
-            Mode::Hybrid => (self.settings.bm25_weight, dense),
+            Mode::Hybrid => (lexical, dense),
             Mode::Lexical => (1.0, 0.0),
             Mode::Dense => (0.0, 1.0),
         };

@@ -3,15 +3,20 @@
 //! retrieval, and BM25 carrying on alone when the embedder is down.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::support::*;
 use assist_gateway::app::{open_knowledge, retriever};
+use assist_gateway::config::RetrievalSettings;
 use assist_gateway::config::{EmbeddingProvider, Provider, Settings};
 use assist_gateway::ingest::Quiet;
 use assist_gateway::retrieval::edge::EdgeStore;
-use assist_gateway::retrieval::hybrid::{DenseState, Mode};
+use assist_gateway::retrieval::hybrid::{DenseState, Mode, Retriever};
+use assist_gateway::retrieval::lexical::TantivyIndex;
 use assist_gateway::retrieval::qdrant_server::QdrantServerStore;
-use assist_gateway::retrieval::{DocType, KnowledgeChunk, Languages, VectorPoint, VectorStore};
+use assist_gateway::retrieval::{
+    DocType, KnowledgeChunk, Lang, Languages, LexicalIndex, VectorPoint, VectorStore,
+};
 use serde_json::json;
 
 fn chunk(id: &str, file: &str, doc_type: DocType, text: &str) -> KnowledgeChunk {
@@ -471,81 +476,160 @@ impl assist_gateway::llm::Embedder for FixedQuery {
     }
 }
 
+/// Chunks placed by hand in a real tantivy index and a real edge store (vectors of three
+/// dimensions), searched with `FixedQuery`'s one query direction, `[1, 0, 0]`.
+struct Placed {
+    lexical: Arc<dyn LexicalIndex>,
+    store: Arc<dyn VectorStore>,
+    _dir: tempfile::TempDir,
+}
+
+impl Placed {
+    async fn new(points: Vec<VectorPoint>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EdgeStore::open(dir.path()).unwrap();
+        store.ensure_collection(3).await.unwrap();
+        store.upsert(points.clone()).await.unwrap();
+        let lexical = TantivyIndex::in_memory().unwrap();
+        let files: Vec<(String, Vec<KnowledgeChunk>)> = points
+            .iter()
+            .map(|p| (p.chunk.source_file.clone(), vec![p.chunk.clone()]))
+            .collect();
+        lexical.replace_files(&files).unwrap();
+        Self {
+            lexical: Arc::new(lexical),
+            store: Arc::new(store),
+            _dir: dir,
+        }
+    }
+
+    /// The files of a hybrid search's 8 results, best first.
+    async fn files_found(
+        &self,
+        question: &str,
+        settings: RetrievalSettings,
+        langs: Vec<Lang>,
+    ) -> Vec<String> {
+        let embedder = Arc::new(FixedQuery(vec![1.0, 0.0, 0.0]));
+        let r = Retriever::new(
+            self.lexical.clone(),
+            Some((embedder, self.store.clone())),
+            settings,
+            langs,
+        );
+        let hits = r.search(question, Mode::Hybrid).await.unwrap();
+        assert_eq!(hits.len(), 8);
+        hits.into_iter().map(|h| h.chunk.source_file).collect()
+    }
+}
+
+/// A chunk of `file` in natural language `lang` at `[1, y, 0]`: cosine 1/√(1+y²) with
+/// the query.
+fn placed(id: &str, file: &str, lang: &str, y: f32, text: &str) -> VectorPoint {
+    let mut p = point(id, file, DocType::Narrative, [1.0, y, 0.0]);
+    p.chunk.language = lang.into();
+    p.chunk.text = text.into();
+    p
+}
+
 #[tokio::test]
 async fn an_answer_written_only_in_the_other_language_gets_a_place() {
-    use assist_gateway::retrieval::hybrid::Retriever;
-    use assist_gateway::retrieval::lexical::TantivyIndex;
-    use assist_gateway::retrieval::{Lang, LexicalIndex};
-    use std::sync::Arc;
-
     // Eight Spanish files nearer the question than the one English file that answers it
     // (a multilingual model scores the question's own language higher), no words in
     // common: cosine 0.912 for the answer, 0.958 … 0.928 for the Spanish files 6 … 8.
-    let mut points = Vec::new();
-    for i in 1..=8 {
-        let mut p = point(
-            &format!("es{i}"),
-            &format!("es/tema{i}.md"),
-            DocType::Narrative,
-            [1.0, 0.05 * i as f32, 0.0],
-        );
-        p.chunk.language = "es".into();
-        points.push(p);
-    }
-    points.push(point(
-        "answer",
-        "en/keyboard.md",
-        DocType::Narrative,
-        [1.0, 0.45, 0.0],
-    ));
-    let dir = tempfile::tempdir().unwrap();
-    let store = EdgeStore::open(dir.path()).unwrap();
-    store.ensure_collection(3).await.unwrap();
-    store.upsert(points.clone()).await.unwrap();
-    let lexical = TantivyIndex::in_memory().unwrap();
-    let files: Vec<(String, Vec<KnowledgeChunk>)> = points
-        .iter()
-        .map(|p| (p.chunk.source_file.clone(), vec![p.chunk.clone()]))
+    let mut points: Vec<_> = (1..=8)
+        .map(|i| {
+            let id = format!("es{i}");
+            placed(&id, &format!("es/tema{i}.md"), "es", 0.05 * i as f32, &id)
+        })
         .collect();
-    lexical.replace_files(&files).unwrap();
-    let lexical: Arc<dyn LexicalIndex> = Arc::new(lexical);
-    let store: Arc<dyn VectorStore> = Arc::new(store);
-    let embedder: Arc<dyn assist_gateway::llm::Embedder> =
-        Arc::new(FixedQuery(vec![1.0, 0.0, 0.0]));
+    points.push(placed("answer", "en/keyboard.md", "en", 0.45, "answer"));
+    let placed = Placed::new(points).await;
     let question = "¿Cómo cambio la distribución del teclado de la consola?";
-    let files_found = |offset: Option<f32>, langs: Vec<Lang>| {
+    let with_offset = |offset: Option<f32>| {
         let mut settings = Settings::load_without_env(None).unwrap().retrieval;
         if let Some(offset) = offset {
             settings.cross_language_offset = offset;
         }
-        let r = Retriever::new(
-            lexical.clone(),
-            Some((embedder.clone(), store.clone())),
-            settings,
-            langs,
-        );
-        async move {
-            let hits = r.search(question, Mode::Hybrid).await.unwrap();
-            assert_eq!(hits.len(), 8);
-            hits.into_iter()
-                .map(|h| h.chunk.source_file)
-                .collect::<Vec<_>>()
-        }
+        settings
     };
     let both = vec![Lang::En, Lang::Es];
     // The default offset (0.035) puts the answer seventh, above Spanish files 7 and 8.
-    let found = files_found(None, both.clone()).await;
+    let found = placed
+        .files_found(question, with_offset(None), both.clone())
+        .await;
     assert!(
         found.contains(&"en/keyboard.md".to_string()),
         "the English answer is among the 8: {found:?}"
     );
     // Raw similarities: eight Spanish files fill the results.
-    let one_list = files_found(Some(0.0), both).await;
+    let one_list = placed
+        .files_found(question, with_offset(Some(0.0)), both)
+        .await;
     assert!(
         !one_list.contains(&"en/keyboard.md".to_string()),
         "{one_list:?}"
     );
     // A model that reads only Spanish cannot rank English against the question: no split.
-    let spanish_only = files_found(None, vec![Lang::Es]).await;
+    let spanish_only = placed
+        .files_found(question, with_offset(None), vec![Lang::Es])
+        .await;
     assert_eq!(spanish_only, one_list);
+}
+
+/// A Spanish question whose answer is written only in English: the dense list ranks the
+/// answer first, BM25 cannot see it (no word in common) and ranks eight Spanish near misses
+/// about the keyboard and the console, which the dense list ranks 10th to 17th, below eight
+/// unrelated Spanish files. BM25 at full weight lifts every near miss above the answer.
+#[tokio::test]
+async fn bm25_counts_less_for_spanish_questions_so_an_english_answer_is_not_buried() {
+    let mut points = vec![placed(
+        "answer",
+        "en/keyboard.md",
+        "en",
+        0.45,
+        "Run dpkg-reconfigure keyboard-configuration, then setupcon.",
+    )];
+    for i in 1..=8 {
+        let unrelated = format!("Notas varias sobre redes y discos, parte {i}.");
+        let file = format!("es/otros{i}.md");
+        points.push(placed(
+            &format!("u{i}"),
+            &file,
+            "es",
+            0.35 + 0.01 * i as f32,
+            &unrelated,
+        ));
+        let near = format!("El teclado y la consola de texto: historia y nombres, parte {i}.");
+        let file = format!("es/cerca{i}.md");
+        points.push(placed(
+            &format!("n{i}"),
+            &file,
+            "es",
+            0.50 + 0.01 * i as f32,
+            &near,
+        ));
+    }
+    let placed = Placed::new(points).await;
+    let question = "¿Cómo cambio la distribución del teclado de la consola?";
+    let both = vec![Lang::En, Lang::Es];
+    let defaults = Settings::load_without_env(None).unwrap().retrieval;
+    let found = placed
+        .files_found(question, defaults.clone(), both.clone())
+        .await;
+    let answer_at = found.iter().position(|f| f == "en/keyboard.md");
+    assert!(
+        answer_at.is_some_and(|at| at > 0),
+        "the answer is among the 8, BM25's first near miss still above it: {found:?}"
+    );
+    let mut full = defaults.clone();
+    full.bm25_weight_by_language.es = None;
+    let found = placed.files_found(question, full, both).await;
+    assert!(
+        found.iter().all(|f| f.starts_with("es/cerca")),
+        "at bm25_weight (1.0), the eight near misses fill the results: {found:?}"
+    );
+    // An English-only model does not read the question: BM25 alone decides, at any weight.
+    let bm25 = placed.files_found(question, defaults, vec![Lang::En]).await;
+    assert!(bm25.iter().all(|f| f.starts_with("es/cerca")), "{bm25:?}");
 }
