@@ -590,25 +590,22 @@ async fn bm25_counts_less_for_spanish_questions_so_an_english_answer_is_not_buri
         0.45,
         "Run dpkg-reconfigure keyboard-configuration, then setupcon.",
     )];
+    // Spanish files: unrelated ones nearer the question, near misses further off.
+    let spanish = [
+        ("otros", 0.35, "Notas varias sobre redes y discos"),
+        (
+            "cerca",
+            0.50,
+            "El teclado y la consola de texto: historia y nombres",
+        ),
+    ];
     for i in 1..=8 {
-        let unrelated = format!("Notas varias sobre redes y discos, parte {i}.");
-        let file = format!("es/otros{i}.md");
-        points.push(placed(
-            &format!("u{i}"),
-            &file,
-            "es",
-            0.35 + 0.01 * i as f32,
-            &unrelated,
-        ));
-        let near = format!("El teclado y la consola de texto: historia y nombres, parte {i}.");
-        let file = format!("es/cerca{i}.md");
-        points.push(placed(
-            &format!("n{i}"),
-            &file,
-            "es",
-            0.50 + 0.01 * i as f32,
-            &near,
-        ));
+        for (name, y, text) in spanish {
+            let id = format!("{name}{i}");
+            let y = y + 0.01 * i as f32;
+            let text = format!("{text}, parte {i}.");
+            points.push(placed(&id, &format!("es/{id}.md"), "es", y, &text));
+        }
     }
     let placed = Placed::new(points).await;
     let question = "¿Cómo cambio la distribución del teclado de la consola?";
