@@ -1099,6 +1099,7 @@ mod tests {
             jail.set_env("ASSIST__RETRIEVAL__BM25_WEIGHT_BY_LANGUAGE__ES", "1");
             let s = Settings::load(Some(Path::new("c.toml"))).unwrap();
             assert_eq!(s.retrieval.bm25_weight_by_language.es, Some(1.0));
+            assert_eq!(s.retrieval.bm25_weight_by_language.en, Some(0.8));
             Ok(())
         });
     }

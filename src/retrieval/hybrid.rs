@@ -73,6 +73,9 @@ struct Weights {
     /// The offset added to the similarity of chunks in other natural languages than the
     /// query's, searched as a half of their own; `None` = one search over every chunk.
     cross_offset: Option<f32>,
+    /// A hybrid search: when the dense list gives nothing (embedder or store failing),
+    /// BM25 answers alone whatever its weight.
+    bm25_stands_in: bool,
 }
 
 impl Weights {
@@ -321,7 +324,7 @@ impl Retriever {
     }
 
     fn weights(&self, mode: Mode, lang: Lang) -> Weights {
-        let reads_query = self.embed_langs.contains(&lang);
+        let reads_query = self.dense.is_some() && self.embed_langs.contains(&lang);
         let dense = if reads_query {
             self.settings.dense_weight
         } else {
@@ -348,6 +351,7 @@ impl Retriever {
             lexical,
             dense,
             cross_offset,
+            bm25_stands_in: mode == Mode::Hybrid,
         }
     }
 
@@ -367,31 +371,7 @@ impl Retriever {
             if weights.lexical <= 0.0 {
                 return Ok(Vec::new());
             }
-            let started = Instant::now();
-            let small = query.len() <= INLINE_SEARCH_BYTES
-                && self
-                    .lexical
-                    .len()
-                    .is_ok_and(|docs| docs <= INLINE_SEARCH_DOCS);
-            let hits = if small {
-                self.lexical.search(query, lang, n)
-            } else {
-                let index = self.lexical.clone();
-                let q = query.to_string();
-                // A request dropped (its client gone) before the search started skips it.
-                let wanted = Arc::new(AtomicBool::new(true));
-                let _dropped = ClearOnDrop(wanted.clone());
-                tokio::task::spawn_blocking(move || {
-                    if wanted.load(Ordering::Relaxed) {
-                        index.search(&q, lang, n)
-                    } else {
-                        Ok(Vec::new())
-                    }
-                })
-                .await?
-            };
-            telemetry::retrieval("lexical", started.elapsed());
-            hits
+            self.lexical_hits(query, lang, n).await
         };
         let dense = async {
             let started = Instant::now();
@@ -426,12 +406,17 @@ impl Retriever {
             hits
         };
         let (lexical, (dense, across)) = tokio::join!(lexical, dense);
-        let lexical = lexical?;
+        let (lexical_weight, lexical) =
+            if weights.bm25_stands_in && weights.lexical <= 0.0 && dense.is_empty() {
+                (1.0, self.lexical_hits(query, lang, n).await?)
+            } else {
+                (weights.lexical, lexical?)
+            };
         let started = Instant::now();
         let hits = self.fuse(
             query,
             &[
-                (weights.lexical, lexical.as_slice()),
+                (lexical_weight, lexical.as_slice()),
                 (weights.dense, dense.as_slice()),
             ],
             top,
@@ -443,6 +428,35 @@ impl Retriever {
             dense: dense.len(),
             across,
         })
+    }
+
+    /// BM25's `n` best chunks for `query`, read as `lang`.
+    async fn lexical_hits(&self, query: &str, lang: Lang, n: usize) -> anyhow::Result<Vec<Hit>> {
+        let started = Instant::now();
+        let small = query.len() <= INLINE_SEARCH_BYTES
+            && self
+                .lexical
+                .len()
+                .is_ok_and(|docs| docs <= INLINE_SEARCH_DOCS);
+        let hits = if small {
+            self.lexical.search(query, lang, n)
+        } else {
+            let index = self.lexical.clone();
+            let q = query.to_string();
+            // A request dropped (its client gone) before the search started skips it.
+            let wanted = Arc::new(AtomicBool::new(true));
+            let _dropped = ClearOnDrop(wanted.clone());
+            tokio::task::spawn_blocking(move || {
+                if wanted.load(Ordering::Relaxed) {
+                    index.search(&q, lang, n)
+                } else {
+                    Ok(Vec::new())
+                }
+            })
+            .await?
+        };
+        telemetry::retrieval("lexical", started.elapsed());
+        hits
     }
 
     /// The query's vector, or `None` (and degraded) when the embedder fails.

@@ -511,6 +511,17 @@ impl Placed {
         langs: Vec<Lang>,
     ) -> Vec<String> {
         let embedder = Arc::new(FixedQuery(vec![1.0, 0.0, 0.0]));
+        self.files_found_by(embedder, question, settings, langs)
+            .await
+    }
+
+    async fn files_found_by(
+        &self,
+        embedder: Arc<dyn assist_gateway::llm::Embedder>,
+        question: &str,
+        settings: RetrievalSettings,
+        langs: Vec<Lang>,
+    ) -> Vec<String> {
         let r = Retriever::new(
             self.lexical.clone(),
             Some((embedder, self.store.clone())),
@@ -621,12 +632,47 @@ async fn bm25_counts_less_for_spanish_questions_so_an_english_answer_is_not_buri
     );
     let mut full = defaults.clone();
     full.bm25_weight_by_language.es = None;
-    let found = placed.files_found(question, full, both).await;
+    let found = placed.files_found(question, full, both.clone()).await;
     assert!(
         found.iter().all(|f| f.starts_with("es/cerca")),
         "at bm25_weight (1.0), the eight near misses fill the results: {found:?}"
     );
-    // An English-only model does not read the question: BM25 alone decides, at any weight.
-    let bm25 = placed.files_found(question, defaults, vec![Lang::En]).await;
-    assert!(bm25.iter().all(|f| f.starts_with("es/cerca")), "{bm25:?}");
+    // An English-only model does not read the question, so the Spanish weight is not
+    // its to lower: counted at full weight (`foreign_dense_weight` 1), its raw list ranks
+    // the unrelated files first, and BM25 at 1.0 still puts the eight near misses above.
+    let mut foreign = defaults.clone();
+    foreign.foreign_dense_weight = 1.0;
+    let english_model = placed.files_found(question, foreign, vec![Lang::En]).await;
+    assert!(
+        english_model.iter().all(|f| f.starts_with("es/cerca")),
+        "{english_model:?}"
+    );
+    // With the embedder down, BM25 answers alone even at weight 0.
+    let mut zero = defaults;
+    zero.bm25_weight_by_language.es = Some(0.0);
+    let down = placed
+        .files_found_by(Arc::new(Down), question, zero, both)
+        .await;
+    assert!(down.iter().all(|f| f.starts_with("es/cerca")), "{down:?}");
+}
+
+/// An embedder that cannot be reached.
+struct Down;
+
+#[async_trait::async_trait]
+impl assist_gateway::llm::Embedder for Down {
+    fn describe(&self) -> String {
+        "unreachable embedder".into()
+    }
+    async fn embed(
+        &self,
+        _texts: &[String],
+        _kind: assist_gateway::llm::TextKind,
+    ) -> Result<Vec<Vec<f32>>, assist_gateway::llm::UpstreamError> {
+        Err(assist_gateway::llm::UpstreamError::new(
+            assist_gateway::llm::UpstreamErrorKind::Unreachable,
+            "http://127.0.0.1:9",
+            "connection refused",
+        ))
+    }
 }
