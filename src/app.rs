@@ -141,12 +141,13 @@ pub async fn ingest(
             }
             Ok(summary)
         }
-        Err(e) => {
-            if rebuild {
-                let _ = std::fs::remove_dir_all(&target);
-            }
-            Err(e)
+        Err(e) if rebuild => {
+            let _ = std::fs::remove_dir_all(&target);
+            Err(e.context("the rebuild stopped and was discarded; the live index is unchanged"))
         }
+        Err(e) => Err(e.context(
+            "ingest stopped; the index serves what it had plus the files committed before the failure, and the next ingest resumes from there",
+        )),
     }
 }
 

@@ -296,6 +296,9 @@ async fn ingest(settings: Settings, paths: Vec<PathBuf>, rebuild: bool) -> anyho
     for (why, n) in reasons {
         println!("  skipped {n}: {why}");
     }
+    for warning in &summary.warnings {
+        println!("  warning: {warning}");
+    }
     println!("index: {}", live.display());
     Ok(())
 }

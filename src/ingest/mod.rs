@@ -80,6 +80,9 @@ pub struct Summary {
     pub chunks_written: usize,
     pub chunks_total: usize,
     pub skipped: Skipped,
+    /// What went wrong after every file was written (the index is whole and searchable,
+    /// only slower): said after the summary, the run still succeeds.
+    pub warnings: Vec<String>,
 }
 
 /// Where the dense half goes, when there is one.
@@ -107,7 +110,8 @@ impl Ingestor {
     /// Ingests `roots`. `progress` is told the number of files to process, then each
     /// file as it is done.
     pub async fn run(&self, roots: &[PathBuf], progress: &dyn Progress) -> anyhow::Result<Summary> {
-        let mut manifest = Manifest::load(&self.manifest_path)?;
+        let mut manifest =
+            Manifest::load(&self.manifest_path).context("reading the ingest manifest")?;
         let embedder_name = self.dense.as_ref().map(|d| d.embedder.describe());
         if !same_embedder(manifest.embedder.as_deref(), embedder_name.as_deref())
             && !manifest.files.is_empty()
@@ -122,7 +126,8 @@ impl Ingestor {
         manifest.embedder = embedder_name;
 
         let mut summary = Summary::default();
-        let (found, skipped) = walk(roots, self.max_file_bytes)?;
+        let (found, skipped) =
+            walk(roots, self.max_file_bytes).context("walking the folders to ingest")?;
         summary.skipped = skipped;
         summary.files_seen = found.len();
         let root_names: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
@@ -165,14 +170,21 @@ impl Ingestor {
 
         progress.start(todo.len() as u64 + deleted.len() as u64);
         if !deleted.is_empty() {
-            self.lexical.remove_files(&deleted)?;
+            self.lexical
+                .remove_files(&deleted)
+                .context("removing deleted files from the lexical index")?;
             if let Some(d) = &self.dense {
-                d.store.remove_files(&deleted).await?;
+                d.store
+                    .remove_files(&deleted)
+                    .await
+                    .context("removing deleted files from the vector store")?;
             }
             for k in &deleted {
                 manifest.files.remove(k);
             }
-            manifest.save(&self.manifest_path)?;
+            manifest
+                .save(&self.manifest_path)
+                .context("saving the ingest manifest")?;
             summary.files_removed = deleted.len();
             progress.advance(deleted.len() as u64, 0);
         }
@@ -191,7 +203,9 @@ impl Ingestor {
             if let Some(d) = &self.dense {
                 self.write_vectors(d, &files).await?;
             }
-            self.lexical.replace_files(&files)?;
+            self.lexical
+                .replace_files(&files)
+                .context("writing chunks to the lexical index")?;
             for ((f, _, sha), (_, chunks)) in batch.iter().zip(&files) {
                 manifest.files.insert(
                     f.key.clone(),
@@ -202,17 +216,31 @@ impl Ingestor {
                     },
                 );
             }
-            manifest.save(&self.manifest_path)?;
+            manifest
+                .save(&self.manifest_path)
+                .context("saving the ingest manifest")?;
             summary.files_indexed += batch.len();
             summary.chunks_written += n_chunks;
             progress.advance(batch.len() as u64, n_chunks as u64);
         }
+        // Every file is committed: what is left only makes searches faster, so a failure
+        // here is said, not fatal (the index is whole either way).
         if summary.files_indexed > 0 || summary.files_removed > 0 {
-            self.lexical.optimize()?;
+            if let Err(e) = self.lexical.optimize() {
+                tracing::warn!(error = %format!("{e:#}"), "merging the lexical index failed");
+                summary.warnings.push(format!(
+                    "the lexical index is complete but merging its segments failed ({e:#}); searches are slower until the next ingest"
+                ));
+            }
         }
         if let Some(d) = &self.dense {
             if summary.files_indexed > 0 {
-                d.store.optimize().await?;
+                if let Err(e) = d.store.optimize().await {
+                    tracing::warn!(error = %format!("{e:#}"), "building the vector index failed");
+                    summary.warnings.push(format!(
+                        "the vectors are complete but building their search index failed ({e:#}); vector searches are slower until the next ingest"
+                    ));
+                }
             }
         }
         summary.chunks_total = manifest.files.values().map(|e| e.chunks).sum();
@@ -227,7 +255,11 @@ impl Ingestor {
     ) -> anyhow::Result<()> {
         let chunks: Vec<&KnowledgeChunk> = files.iter().flat_map(|(_, c)| c).collect();
         let keys: Vec<String> = files.iter().map(|(k, _)| k.clone()).collect();
-        dense.store.remove_files(&keys).await?;
+        dense
+            .store
+            .remove_files(&keys)
+            .await
+            .context("removing changed files from the vector store")?;
         if chunks.is_empty() {
             return Ok(());
         }
@@ -238,7 +270,11 @@ impl Ingestor {
             .await
             .map_err(|e| anyhow!("embedding failed: {e}"))?;
         let dimension = vectors.first().map_or(0, Vec::len);
-        dense.store.ensure_collection(dimension).await?;
+        dense
+            .store
+            .ensure_collection(dimension)
+            .await
+            .context("creating the vector collection")?;
         let points = chunks
             .into_iter()
             .zip(vectors)
@@ -247,7 +283,11 @@ impl Ingestor {
                 vector,
             })
             .collect();
-        dense.store.upsert(points).await
+        dense
+            .store
+            .upsert(points)
+            .await
+            .context("writing vectors to the vector store")
     }
 }
 

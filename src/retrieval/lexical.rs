@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{anyhow, Context};
 use tantivy::collector::TopDocs;
 use tantivy::directory::MmapDirectory;
+use tantivy::indexer::{LogMergePolicy, NoMergePolicy};
 use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, STORED, STRING,
@@ -66,7 +67,7 @@ pub struct TantivyIndex {
     index: Index,
     reader: IndexReader,
     /// `None` when opened for reading only (the gateway, while `ingest` writes).
-    writer: Option<Mutex<IndexWriter<TantivyDocument>>>,
+    writer: Option<Mutex<WriterSlot>>,
     fields: Fields,
     chunks: Mutex<ChunkCache>,
 }
@@ -80,6 +81,10 @@ struct ChunkCache {
     generation: u64,
     chunks: HashMap<DocAddress, Arc<KnowledgeChunk>>,
 }
+
+/// The index's one writer. Empty only while `optimize` has closed it to let tantivy's
+/// own merges finish, or when opening it again failed (then every write says so).
+type WriterSlot = Option<IndexWriter<TantivyDocument>>;
 
 /// Most chunks kept decoded; past it the cache starts over.
 const CACHED_CHUNKS: usize = 4096;
@@ -252,7 +257,7 @@ impl TantivyIndex {
         register_analyzers(&index)?;
         let (_, fields) = schema();
         let writer = if writable {
-            Some(Mutex::new(index.writer(WRITER_BUDGET)?))
+            Some(Mutex::new(Some(index.writer(WRITER_BUDGET)?)))
         } else {
             None
         };
@@ -294,19 +299,25 @@ impl TantivyIndex {
         &self,
         change: impl FnOnce(&mut IndexWriter<TantivyDocument>) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        let mut writer = self
-            .writer
-            .as_ref()
-            .ok_or_else(|| anyhow!("the lexical index is open for reading only"))?
-            .lock()
-            .map_err(|_| anyhow!("the lexical index writer was poisoned by a panic"))?;
-        if let Err(e) = change(&mut writer) {
+        let mut slot = self.writer_slot()?;
+        let writer = slot.as_mut().ok_or_else(|| {
+            anyhow!("the lexical index writer could not be reopened after a merge")
+        })?;
+        if let Err(e) = change(writer) {
             writer.rollback()?;
             return Err(e);
         }
         writer.commit()?;
         self.reader.reload()?;
         Ok(())
+    }
+
+    fn writer_slot(&self) -> anyhow::Result<std::sync::MutexGuard<'_, WriterSlot>> {
+        self.writer
+            .as_ref()
+            .ok_or_else(|| anyhow!("the lexical index is open for reading only"))?
+            .lock()
+            .map_err(|_| anyhow!("the lexical index writer was poisoned by a panic"))
     }
 
     /// The chunk stored at `address`, decoded once per searcher generation.
@@ -463,21 +474,38 @@ impl LexicalIndex for TantivyIndex {
     /// (each commit and each indexing thread leaves a segment, and a search pays for
     /// every term in every segment: on `examples/knowledge`, 36 µs a search in one
     /// segment against 49 µs in two). Larger indexes are left to tantivy's merge policy.
+    ///
+    /// tantivy's merge policy runs merges of its own in the background after every
+    /// commit, and an explicit merge of segments it is already merging fails at the end
+    /// ("segments … could not be found in the SegmentManager"): a large first ingest
+    /// always met one. So the writer is closed first, which waits for every merge it
+    /// started (and the merges those lead to), then opened again with no merge policy
+    /// for the one merge of everything, and given the default policy back.
     fn optimize(&self) -> anyhow::Result<()> {
-        let Some(writer) = &self.writer else {
-            return Ok(());
-        };
-        let segments = self.index.searchable_segment_metas()?;
-        let docs: u64 = segments.iter().map(|s| u64::from(s.max_doc())).sum();
-        if segments.len() < 2 || docs > MERGE_ALL_UP_TO_DOCS {
+        if self.writer.is_none() {
             return Ok(());
         }
-        let ids: Vec<_> = segments.iter().map(|s| s.id()).collect();
-        let mut writer = writer
-            .lock()
-            .map_err(|_| anyhow!("the lexical index writer was poisoned by a panic"))?;
-        writer.merge(&ids).wait()?;
-        drop(writer);
+        let mut slot = self.writer_slot()?;
+        if let Some(writer) = slot.take() {
+            writer
+                .wait_merging_threads()
+                .context("waiting for the lexical index's background merges")?;
+        }
+        let writer = slot.insert(
+            self.index
+                .writer(WRITER_BUDGET)
+                .context("reopening the lexical index writer")?,
+        );
+        let segments = self.index.searchable_segment_metas()?;
+        let docs: u64 = segments.iter().map(|s| u64::from(s.max_doc())).sum();
+        if segments.len() >= 2 && docs <= MERGE_ALL_UP_TO_DOCS {
+            let ids: Vec<_> = segments.iter().map(|s| s.id()).collect();
+            writer.set_merge_policy(Box::new(NoMergePolicy));
+            let merged = writer.merge(&ids).wait();
+            writer.set_merge_policy(Box::<LogMergePolicy>::default());
+            merged.context("merging the lexical index's segments")?;
+        }
+        drop(slot);
         self.reader.reload()?;
         Ok(())
     }

@@ -28,6 +28,7 @@ mod fuzz_corpus;
 mod grpc;
 mod grpc_python;
 mod ingest_roots;
+mod ingest_scale;
 mod knowledge;
 mod logs;
 mod mcp;
