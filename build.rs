@@ -12,6 +12,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         prost::Message::encode_to_vec(&descriptors),
     )?;
     tonic_prost_build::configure()
+        // A request that is not a valid message is INVALID_ARGUMENT (src/grpc/codec.rs).
+        .codec_path("crate::grpc::codec::StrictCodec")
         .build_client(true)
         .build_server(true)
         .compile_fds(descriptors)?;

@@ -154,6 +154,7 @@ pub async fn ingest(
 /// Builds the state: the upstream adapter, the pipeline, the knowledge indexes, the
 /// session store.
 pub fn build(mut settings: Settings) -> anyhow::Result<AppState> {
+    fit_connections_to_open_files(&mut settings.server);
     // The embedding endpoints serve the model under its own name unless one is set.
     settings.embeddings.model = llm::local::served_name(&settings.embeddings);
     let Parts {
@@ -162,6 +163,30 @@ pub fn build(mut settings: Settings) -> anyhow::Result<AppState> {
         embedder,
     } = pipeline(&settings, true)?;
     Ok(AppState::new(settings, pipeline, retriever, embedder))
+}
+
+/// Raises the process's soft limit of open files to its hard limit, and holds
+/// `server.max_connections` far enough below it that the connections of both listeners
+/// leave room for the upstream's, the indexes' and the session store's files.
+fn fit_connections_to_open_files(server: &mut crate::config::ServerSettings) {
+    const RESERVED: u64 = 256;
+    let limit = match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the open-files limit");
+            return;
+        }
+    };
+    let room = (limit.saturating_sub(RESERVED) / 2).max(16);
+    if (server.max_connections as u64) > room {
+        tracing::warn!(
+            open_files_limit = limit,
+            max_connections = room,
+            configured = server.max_connections,
+            "server.max_connections held below the open-files limit (raise it with ulimit -n)"
+        );
+        server.max_connections = room as usize;
+    }
 }
 
 /// What `pipeline` builds.
@@ -200,11 +225,14 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
     let retriever = Arc::new(retriever(settings, knowledge));
     let sessions = if with_sessions {
         let store = sessions::store_from_settings(&settings.sessions, &settings.data_dir)?;
-        let sessions = Arc::new(Sessions::new(
-            store,
-            settings.sessions.window_turns,
-            settings.sessions.wait,
-        ));
+        let sessions = Arc::new(
+            Sessions::new(
+                store,
+                settings.sessions.window_turns,
+                settings.sessions.wait,
+            )
+            .with_max_turn_bytes(settings.sessions.max_session_bytes),
+        );
         // Unused sessions are forgotten while the gateway runs.
         let every =
             (settings.sessions.ttl / 10).clamp(Duration::from_secs(1), Duration::from_secs(600));

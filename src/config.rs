@@ -79,6 +79,12 @@ pub struct ServerSettings {
     /// A client must take each part of a streamed answer within this, or the stream ends.
     #[serde(rename = "write_timeout_secs", with = "secs")]
     pub write_timeout: Duration,
+    /// A connection (HTTP/1.1 or HTTP/2) with no request in flight this long is closed.
+    #[serde(rename = "idle_timeout_secs", with = "secs")]
+    pub idle_timeout: Duration,
+    /// Most connections open at once per listener (HTTP, gRPC); one more evicts the
+    /// connection idle longest, or is refused when all are busy.
+    pub max_connections: usize,
     /// Request headers that name the conversation when the body has no `session_id`
     /// (the first one present counts), e.g. Open WebUI's `X-OpenWebUI-Chat-Id`.
     #[serde(deserialize_with = "list_or_comma_string")]
@@ -610,6 +616,16 @@ impl ServerSettings {
                 && !self.write_timeout.is_zero(),
             "server.header_read_timeout_secs / server.body_read_timeout_secs / server.write_timeout_secs",
             "must be at least 1 second",
+        )?;
+        check(
+            !self.idle_timeout.is_zero(),
+            "server.idle_timeout_secs",
+            "must be at least 1 second",
+        )?;
+        check(
+            self.max_connections >= 16,
+            "server.max_connections",
+            "must be at least 16",
         )?;
         check(
             self.max_concurrent_embeddings > 0,

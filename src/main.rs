@@ -469,9 +469,17 @@ fn init_logging(settings: &Settings) {
     } else {
         format!("{},qdrant_edge=error", settings.log.level)
     };
-    let filter = EnvFilter::try_from_default_env()
+    let mut filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    // Whatever the filter asks for: dependencies that log what they carry at debug or
+    // trace (rmcp a tool call's arguments, h2 and hyper headers, reqwest bodies) stop at
+    // info, so no question, code or key reaches the log.
+    for quiet in assist_gateway::telemetry::QUIET_DEPENDENCIES {
+        if let Ok(directive) = quiet.parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

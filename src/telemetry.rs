@@ -10,6 +10,22 @@ use std::time::{Duration, Instant};
 use metrics::{describe_counter, describe_gauge, describe_histogram, SharedString, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+/// Log directives added after any filter a user sets (`log.level`, `RUST_LOG`): the
+/// dependencies that would log message content, editor code or headers at debug or trace
+/// level are held at info.
+pub const QUIET_DEPENDENCIES: &[&str] = &[
+    "rmcp=info",
+    "h2=info",
+    "hyper=info",
+    "hyper_util=info",
+    "reqwest=info",
+    "tonic=info",
+    "tower=info",
+    "tower_http=info",
+    "redis=info",
+    "tantivy=info",
+];
+
 /// Upper bounds (seconds) of the buckets of every `*_seconds` histogram: from 100 µs
 /// (the gateway's own work) to 5 minutes (long answers).
 pub const BUCKETS: &[f64] = &[

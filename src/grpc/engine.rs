@@ -406,7 +406,7 @@ fn request_id(metadata: &MetadataMap) -> String {
     metadata
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
-        .filter(|id| !id.is_empty() && id.len() <= 128)
+        .filter(|id| crate::serve::bounds::plain_request_id(id))
         .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_string)
 }
 

@@ -10,6 +10,7 @@
 //! request's headers, before its body is read; a body must keep arriving
 //! (`server.body_read_timeout_secs` between pieces).
 
+pub mod codec;
 mod engine;
 mod health;
 

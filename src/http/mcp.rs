@@ -54,6 +54,104 @@ pub fn service(state: AppState) -> StreamableHttpService<Knowledge, LocalSession
     )
 }
 
+/// JSON-RPC's own error codes.
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const INVALID_PARAMS: i64 = -32602;
+const INTERNAL_ERROR: i64 = -32603;
+
+/// A JSON-RPC error response with this HTTP status.
+fn json_rpc_error(
+    status: axum::http::StatusCode,
+    id: Value,
+    code: i64,
+    message: &str,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    (status, axum::Json(body)).into_response()
+}
+
+/// Errors on `/mcp` in JSON-RPC's shape, whoever finds them. A body that is not JSON is
+/// a parse error (400, -32700), and `tools/call` arguments that are not an object are
+/// invalid params (-32602): rmcp answered the first 415 in plain text and took the
+/// second for an unknown method (-32601). Any other plain-text refusal of rmcp's (406,
+/// 413, …) keeps its status with a JSON-RPC body.
+pub async fn json_rpc_errors(
+    axum::extract::State(max_body): axum::extract::State<usize>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::{header::CONTENT_TYPE, Method, StatusCode};
+    let req = if req.method() == Method::POST {
+        let (parts, body) = req.into_parts();
+        let bytes = match axum::body::to_bytes(body, max_body).await {
+            Ok(b) => b,
+            Err(_) => {
+                return json_rpc_error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    Value::Null,
+                    INVALID_REQUEST,
+                    &format!("the body is larger than {max_body} bytes (server.max_body_bytes)"),
+                )
+            }
+        };
+        match serde_json::from_slice::<Value>(&bytes) {
+            Err(e) => {
+                return json_rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    Value::Null,
+                    PARSE_ERROR,
+                    &format!("Parse error: the body is not JSON ({e})"),
+                )
+            }
+            Ok(message) => {
+                let arguments = message.pointer("/params/arguments");
+                if message["method"] == "tools/call"
+                    && arguments.is_some_and(|a| !a.is_object() && !a.is_null())
+                {
+                    return json_rpc_error(
+                        StatusCode::OK,
+                        message.get("id").cloned().unwrap_or(Value::Null),
+                        INVALID_PARAMS,
+                        "Invalid params: a tool's arguments are an object",
+                    );
+                }
+            }
+        }
+        axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes))
+    } else {
+        req
+    };
+    let response = next.run(req).await;
+    let status = response.status();
+    let plain = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|ct| {
+            !ct.starts_with("application/json") && !ct.starts_with("text/event-stream")
+        });
+    if !(status.is_client_error() || status.is_server_error()) || !plain {
+        return response;
+    }
+    let text = axum::body::to_bytes(response.into_body(), 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let code = if status.is_server_error() {
+        INTERNAL_ERROR
+    } else {
+        INVALID_REQUEST
+    };
+    let message = if text.trim().is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
+    };
+    json_rpc_error(status, Value::Null, code, &message)
+}
+
 #[derive(Clone)]
 pub struct Knowledge {
     state: AppState,
@@ -353,13 +451,14 @@ impl Knowledge {
             });
         let mut events = events?;
         let mut text = String::new();
+        let mut chars = 0usize;
         let mut cited = Vec::new();
         loop {
             // A client that cancels the call or goes away stops the answer (and with it
             // the upstream request) at once.
             let event = tokio::select! {
                 () = context.ct.cancelled() => {
-                    tracing::info!(tool = "ask", chars = text.chars().count(), "mcp call cancelled by its client");
+                    tracing::info!(tool = "ask", chars, "mcp call cancelled by its client");
                     return Ok(CallToolResult::error(vec![ContentBlock::text("cancelled")]));
                 }
                 event = events.next() => event,
@@ -369,13 +468,19 @@ impl Knowledge {
                 Event::Sources(s) => cited = s,
                 Event::Delta(piece) => {
                     log.delta();
+                    if text.len() + piece.len() > crate::pipeline::MAX_WHOLE_ANSWER_BYTES {
+                        let e = crate::pipeline::answer_too_long();
+                        log.failed(&e, true);
+                        return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                            "the assistant failed: {}",
+                            e.message
+                        ))]));
+                    }
                     text.push_str(&piece);
+                    chars += piece.chars().count();
                     if let Some(token) = &progress {
-                        let note = ProgressNotificationParam::new(
-                            token.clone(),
-                            text.chars().count() as f64,
-                        )
-                        .with_message(piece);
+                        let note = ProgressNotificationParam::new(token.clone(), chars as f64)
+                            .with_message(piece);
                         // A client gone away ends the call at its next step anyway.
                         let _ = context.peer.notify_progress(note).await;
                     }

@@ -69,7 +69,14 @@ pub fn router(state: AppState) -> Router {
         .nest("/v1", guard.around::<OpenAi>(openai::router()))
         .nest("/api", guard.around::<Ollama>(ollama::router()))
         .merge(
-            guard.around::<OpenAi>(Router::new().nest_service("/mcp", mcp::service(state.clone()))),
+            guard.around::<OpenAi>(
+                Router::new()
+                    .nest_service("/mcp", mcp::service(state.clone()))
+                    .layer(middleware::from_fn_with_state(
+                        state.settings.server.max_body_bytes,
+                        mcp::json_rpc_errors,
+                    )),
+            ),
         )
         .merge(
             guard.around::<OpenAi>(Router::new().route("/v1/", any(dialect::not_found::<OpenAi>))),
@@ -80,6 +87,7 @@ pub fn router(state: AppState) -> Router {
         .merge(liveness)
         .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
         .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), MakeRequestUuid))
+        .layer(middleware::from_fn(plain_request_id))
         .with_state(state)
 }
 
@@ -194,6 +202,19 @@ async fn access_log(req: Request, next: Next) -> Response {
         );
     }
     response
+}
+
+/// A client's `x-request-id` that is not plain (see `bounds::plain_request_id`) is
+/// dropped, so that the gateway makes one of its own.
+async fn plain_request_id(mut req: Request, next: Next) -> Response {
+    let plain = req
+        .headers()
+        .get(&REQUEST_ID)
+        .map(|v| v.to_str().is_ok_and(crate::serve::bounds::plain_request_id));
+    if plain == Some(false) {
+        req.headers_mut().remove(&REQUEST_ID);
+    }
+    next.run(req).await
 }
 
 fn request_id(headers: &HeaderMap) -> String {

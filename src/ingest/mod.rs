@@ -155,7 +155,7 @@ impl Ingestor {
             let text = match String::from_utf8(bytes) {
                 Ok(t) if !t.contains('\0') => t,
                 _ => {
-                    tracing::warn!(file = %f.key, "skipped: binary or not UTF-8");
+                    tracing::warn!(file = ?f.key, "skipped: binary or not UTF-8");
                     summary.skipped.push((f.key, "binary or not UTF-8".into()));
                     continue;
                 }
@@ -366,7 +366,7 @@ fn walk(roots: &[PathBuf], max_bytes: u64) -> anyhow::Result<(Vec<Found>, Skippe
             }
             let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
             if size > max_bytes {
-                tracing::warn!(file = %key, size, limit = max_bytes, "skipped: larger than ingest.max_file_bytes");
+                tracing::warn!(file = ?key, size, limit = max_bytes, "skipped: larger than ingest.max_file_bytes");
                 skipped.push((key, format!("{size} bytes, over ingest.max_file_bytes")));
                 continue;
             }
@@ -374,7 +374,7 @@ fn walk(roots: &[PathBuf], max_bytes: u64) -> anyhow::Result<(Vec<Found>, Skippe
                 continue; // found before, under another root
             }
             if !keys.insert(key.clone()) {
-                tracing::warn!(file = %key, "skipped: another file has the same source path");
+                tracing::warn!(file = ?key, "skipped: another file has the same source path");
                 skipped.push((key, "another file has the same source path".into()));
                 continue;
             }

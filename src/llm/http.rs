@@ -11,6 +11,16 @@ use super::{UpstreamError, UpstreamErrorKind};
 /// Longest slice of an upstream error body quoted in a message.
 const MAX_ERROR_BODY: usize = 500;
 
+/// Most of an upstream error body that is read (the rest is not waited for).
+const MAX_ERROR_READ: usize = 64 * 1024;
+
+/// Most bytes of a reply that describes (a model list, a model card, a token count).
+pub(crate) const MAX_SMALL_REPLY: usize = 4 * 1024 * 1024;
+
+/// Longest a reply that describes may take to arrive whole, once its headers came (or
+/// the first-byte timeout, when shorter).
+const SMALL_REPLY_WITHIN: Duration = Duration::from_secs(10);
+
 /// Largest SSE event / NDJSON line accepted unless `llm.max_chunk_bytes` says otherwise.
 pub(crate) const DEFAULT_MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
 
@@ -33,6 +43,8 @@ impl Upstream {
         first_byte_timeout: Duration,
     ) -> anyhow::Result<Self> {
         let client = Client::builder()
+            // A redirect would send the prompt (and the key) to another host.
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(90))
@@ -55,6 +67,16 @@ impl Upstream {
 
     pub(crate) fn max_line_bytes(&self) -> usize {
         self.max_line_bytes
+    }
+
+    pub(crate) fn first_byte_timeout(&self) -> Duration {
+        self.first_byte_timeout
+    }
+
+    /// How long a reply that describes (a model list, a model card, a count) may take to
+    /// arrive whole once its headers came.
+    pub(crate) fn small_reply_within(&self) -> Duration {
+        self.first_byte_timeout.min(SMALL_REPLY_WITHIN)
     }
 
     /// The error for a line or event longer than `max_line_bytes`.
@@ -130,16 +152,25 @@ impl Upstream {
         if status.is_success() {
             return Ok(response);
         }
+        if status.is_redirection() {
+            return Err(self.error(
+                UpstreamErrorKind::Status(status.as_u16()),
+                format!(
+                    "a redirect (HTTP {}), which the gateway does not follow (it would send the request to another address): set the base URL to where it points",
+                    status.as_u16()
+                ),
+            ));
+        }
         let retry_after = matches!(status.as_u16(), 429 | 503)
             .then(|| response.headers().get(reqwest::header::RETRY_AFTER))
             .flatten()
             .and_then(|v| v.to_str().ok())
             .and_then(|v| retry_after(v, std::time::SystemTime::now()));
-        let body = tokio::time::timeout(self.first_byte_timeout, response.text())
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default();
+        // What an error says is in its first bytes: the rest is neither read nor kept.
+        let body = match read_capped(response, MAX_ERROR_READ, self.small_reply_within()).await {
+            Ok((bytes, _)) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(_) => String::new(),
+        };
         let mut error = self.error(
             UpstreamErrorKind::Status(status.as_u16()),
             error_message(&body).unwrap_or_else(|| {
@@ -151,6 +182,33 @@ impl Upstream {
         );
         error.retry_after = retry_after;
         Err(error)
+    }
+
+    /// A reply's body as JSON: at most `max` bytes, arriving within `within`; more, later
+    /// or unreadable is a `Protocol` (or `Timeout`) error.
+    pub(crate) async fn json(
+        &self,
+        response: Response,
+        max: usize,
+        within: Duration,
+    ) -> Result<Value, UpstreamError> {
+        let (bytes, whole) = read_capped(response, max, within)
+            .await
+            .map_err(|e| match e {
+                Capped::Late => self.error(
+                    UpstreamErrorKind::Timeout,
+                    format!("the reply did not arrive within {} s", within.as_secs()),
+                ),
+                Capped::Broken(e) => self.transport_error(&e),
+            })?;
+        if !whole {
+            return Err(self.error(
+                UpstreamErrorKind::Protocol,
+                format!("a reply larger than {max} bytes"),
+            ));
+        }
+        serde_json::from_slice(&bytes)
+            .map_err(|e| self.error(UpstreamErrorKind::Protocol, format!("not JSON: {e}")))
     }
 
     pub(crate) fn error(
@@ -277,6 +335,40 @@ pub(crate) async fn whole_body(
     Ok(whole.freeze())
 }
 
+/// Why a capped read gave nothing.
+pub(crate) enum Capped {
+    /// The body did not arrive within the deadline.
+    Late,
+    Broken(reqwest::Error),
+}
+
+/// At most `max` bytes of a body, read piece by piece within `within`, and whether that
+/// was all of it (the rest is not read: dropping the response closes it).
+pub(crate) async fn read_capped(
+    response: Response,
+    max: usize,
+    within: Duration,
+) -> Result<(bytes::Bytes, bool), Capped> {
+    use futures::StreamExt;
+    let read = async {
+        let mut body = response.bytes_stream();
+        let mut have = bytes::BytesMut::new();
+        while let Some(piece) = body.next().await {
+            let piece = piece.map_err(Capped::Broken)?;
+            if have.len() + piece.len() > max {
+                let room = max - have.len();
+                have.extend_from_slice(&piece[..room]);
+                return Ok((have.freeze(), false));
+            }
+            have.extend_from_slice(&piece);
+        }
+        Ok((have.freeze(), true))
+    };
+    tokio::time::timeout(within, read)
+        .await
+        .unwrap_or(Err(Capped::Late))
+}
+
 /// A `Retry-After` value (delay in seconds or an HTTP date) as a delay from `now`.
 pub(crate) fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
     let value = value.trim();
@@ -295,19 +387,32 @@ pub(crate) fn error_message(body: &str) -> Option<String> {
     }
     if let Ok(v) = serde_json::from_str::<Value>(body) {
         if let Some(msg) = error_in_json(&v) {
-            return Some(msg);
+            return Some(shortened(msg, 4 * MAX_ERROR_BODY));
         }
     }
-    let mut line: String = body.lines().next().unwrap_or_default().to_string();
-    if line.len() > MAX_ERROR_BODY {
-        let mut cut = MAX_ERROR_BODY;
-        while !line.is_char_boundary(cut) {
+    Some(shortened(
+        body.lines().next().unwrap_or_default().to_string(),
+        MAX_ERROR_BODY,
+    ))
+}
+
+/// `text` cut to at most `max` bytes (at a character boundary), marked when cut, on one
+/// line (an upstream's message goes into log lines).
+fn shortened(text: String, max: usize) -> String {
+    let mut text = if text.contains(['\n', '\r']) {
+        text.replace(['\n', '\r'], " ")
+    } else {
+        text
+    };
+    if text.len() > max {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
             cut -= 1;
         }
-        line.truncate(cut);
-        line.push('…');
+        text.truncate(cut);
+        text.push('…');
     }
-    Some(line)
+    text
 }
 
 /// `{"error":"…"}` (Ollama) or `{"error":{"message":"…"}}` (OpenAI).

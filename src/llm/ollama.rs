@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{json, Map, Value};
 
-use super::http::{error_in_json, Upstream};
+use super::http::{error_in_json, Upstream, MAX_SMALL_REPLY};
 use super::{
     embed_in_batches, ChatModel, Chunk, ChunkStream, Embedder, FinishReason, GenParams, Input,
     Message, ModelCard, Role, TextKind, ToolCall, UpstreamError, UpstreamErrorKind, UpstreamModel,
@@ -193,10 +193,10 @@ impl ChatModel for OllamaChat {
 
     async fn models(&self) -> Result<Vec<UpstreamModel>, UpstreamError> {
         let response = self.up.send(self.up.get("/api/tags")).await?;
-        let v: Value = response
-            .json()
-            .await
-            .map_err(|e| self.up.error(UpstreamErrorKind::Protocol, e.to_string()))?;
+        let v = self
+            .up
+            .json(response, MAX_SMALL_REPLY, self.up.small_reply_within())
+            .await?;
         let models = v
             .get("models")
             .and_then(Value::as_array)
@@ -237,10 +237,10 @@ impl ChatModel for OllamaChat {
             .up
             .send(self.up.post_json("/api/show", &json!({"model": model})))
             .await?;
-        let v: Value = response
-            .json()
-            .await
-            .map_err(|e| self.up.error(UpstreamErrorKind::Protocol, e.to_string()))?;
+        let v = self
+            .up
+            .json(response, MAX_SMALL_REPLY, self.up.small_reply_within())
+            .await?;
         let model_info = v.get("model_info").filter(|m| !m.is_null()).cloned();
         let context_length = model_info.as_ref().and_then(|mi| {
             mi.as_object()?
@@ -295,10 +295,14 @@ impl Embedder for OllamaEmbedder {
         embed_in_batches(texts, self.batch, |input| async move {
             let body = json!({"model": self.model, "input": input});
             let response = self.up.send(self.up.post_json("/api/embed", &body)).await?;
-            let v: Value = response
-                .json()
-                .await
-                .map_err(|e| self.up.error(UpstreamErrorKind::Protocol, e.to_string()))?;
+            let v = self
+                .up
+                .json(
+                    response,
+                    self.up.max_line_bytes(),
+                    self.up.first_byte_timeout(),
+                )
+                .await?;
             serde_json::from_value(v["embeddings"].clone()).map_err(|e| {
                 self.up.error(
                     UpstreamErrorKind::Protocol,

@@ -7,7 +7,7 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{json, Map, Value};
 
-use super::http::{bounded_events, error_text, whole_body, Upstream};
+use super::http::{bounded_events, error_text, whole_body, Upstream, MAX_SMALL_REPLY};
 use super::{
     embed_in_batches, ChatModel, Chunk, ChunkStream, Embedder, FinishReason, Input, Message,
     ModelCard, TextKind, ToolCall, UpstreamError, UpstreamErrorKind, UpstreamModel,
@@ -141,10 +141,10 @@ impl ChatModel for OpenAiChat {
 
     async fn models(&self) -> Result<Vec<UpstreamModel>, UpstreamError> {
         let response = self.up.send(self.up.get("/models")).await?;
-        let v: Value = response
-            .json()
-            .await
-            .map_err(|e| self.up.error(UpstreamErrorKind::Protocol, e.to_string()))?;
+        let v = self
+            .up
+            .json(response, MAX_SMALL_REPLY, self.up.small_reply_within())
+            .await?;
         let data = v
             .get("data")
             .and_then(Value::as_array)
@@ -218,10 +218,14 @@ impl Embedder for OpenAiEmbedder {
                 .up
                 .send(self.up.post_json("/embeddings", &body))
                 .await?;
-            let v: Value = response
-                .json()
-                .await
-                .map_err(|e| self.up.error(UpstreamErrorKind::Protocol, e.to_string()))?;
+            let v = self
+                .up
+                .json(
+                    response,
+                    self.up.max_line_bytes(),
+                    self.up.first_byte_timeout(),
+                )
+                .await?;
             let mut data: Vec<(usize, Vec<f32>)> = v["data"]
                 .as_array()
                 .map(|items| {
@@ -537,6 +541,24 @@ impl SseState {
                 f.get("arguments").and_then(Value::as_str),
             );
         }
+        if !self.calls.is_empty() {
+            // Calls are passed on whole, so they are held until their end: an upstream
+            // that never ends one must not grow the gateway's memory.
+            let held: usize = self
+                .calls
+                .iter()
+                .map(|c| c.id.len() + c.name.len() + c.arguments.len())
+                .sum();
+            if held > up.max_line_bytes() {
+                return Err(up.error(
+                    UpstreamErrorKind::Protocol,
+                    format!(
+                        "tool calls longer than {} bytes (llm.max_chunk_bytes)",
+                        up.max_line_bytes()
+                    ),
+                ));
+            }
+        }
         if let Some(reason) = choice.finish_reason {
             let mut finish = FinishReason::parse(&reason);
             let calls = self.take_calls();
@@ -651,6 +673,30 @@ mod tests {
         let mut st = SseState::default();
         st.read(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":127,"id":"c","function":{"name":"f","arguments":""}}]},"finish_reason":null}]}"#, &up).unwrap();
         assert_eq!(st.calls.len(), 128);
+    }
+
+    /// Arguments that never end are cut off at `llm.max_chunk_bytes`, whatever the form
+    /// of their deltas.
+    #[test]
+    fn tool_calls_that_never_end_are_bounded() {
+        let up = up().with_max_line_bytes(1000);
+        let mut st = SseState::default();
+        let mut failed = None;
+        for i in 0..20 {
+            // Each piece different: one that repeats what came before replaces it.
+            let piece = format!("{i:03}{}", "x".repeat(97));
+            let delta = json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "id": "c", "function": {"name": "f", "arguments": piece}}]},
+                "finish_reason": null}]});
+            if let Err(e) = st.read(&delta.to_string(), &up) {
+                failed = Some((i, e));
+                break;
+            }
+        }
+        let (i, e) = failed.expect("the calls are bounded");
+        assert_eq!(i, 9, "cut past 1000 bytes");
+        assert_eq!(e.kind, UpstreamErrorKind::Protocol);
+        assert!(e.detail.contains("llm.max_chunk_bytes"), "{e}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::http::Upstream;
+use super::http::{Upstream, MAX_SMALL_REPLY};
 
 /// Counts the tokens of a text as the upstream model will see it (without its chat
 /// template); `None` when it cannot tell now.
@@ -89,9 +89,11 @@ impl UpstreamTokenizer {
             }
             Err(_) => return Err(None),
         };
-        let v: Value = match tokio::time::timeout(WAIT, response.json()).await {
-            Ok(Ok(v)) => v,
-            _ => return Err(None),
+        // A count is a few bytes, a token list a few per token: an upstream sending more
+        // is not read on (parsing hundreds of megabytes took the CPU for most a minute).
+        let v = match self.up.json(response, MAX_SMALL_REPLY, WAIT).await {
+            Ok(v) => v,
+            Err(_) => return Err(None),
         };
         v.get("count")
             .and_then(Value::as_u64)

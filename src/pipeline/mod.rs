@@ -193,6 +193,11 @@ struct KnownModels {
 /// the gateway ask again.
 const MODEL_LIST_TTL: Duration = Duration::from_secs(60);
 
+/// Most the estimate reads over a real tokenizer's count (1.05–1.5× on the texts
+/// measured, README "Fitting the window"): a prompt estimated at more than this times the
+/// room is too long for certain.
+const ESTIMATE_OVERCOUNT: f64 = 1.5;
+
 /// The Ollama options a client may set for the assistant: sampling only. Any other
 /// (`num_gpu`, `num_thread`, `num_batch`, `use_mmap`, `rope_frequency_base`, …) may make
 /// Ollama load the shared model again, so it is not forwarded.
@@ -442,6 +447,7 @@ impl Pipeline {
                 held: Some(held),
                 question: query,
                 answer: String::new(),
+                cut: false,
             }),
             _ => None,
         };
@@ -628,6 +634,29 @@ impl Pipeline {
                     // Not checked: the estimate as it is (it errs high), not as learned.
                     estimate.scale = 1.0;
                     continue;
+                }
+                if counted.is_none()
+                    && assembled.estimated_tokens as f64 > limit as f64 * ESTIMATE_OVERCOUNT
+                {
+                    // Only the client's own messages are left, and they are over the
+                    // window by more than the estimate can overcount: forwarded, they
+                    // would be cut by the upstream (Ollama drops the start of a prompt
+                    // longer than num_ctx) or refused. Nearer the window, the upstream's
+                    // own refusal decides (and a shorter prompt is tried once).
+                    tracing::warn!(
+                        stage = "assemble",
+                        window,
+                        answer_tokens = answer,
+                        estimated_tokens = assembled.estimated_tokens,
+                        "the client's messages alone do not fit the window (estimated)"
+                    );
+                    return Err(GatewayError::context_length_exceeded(format!(
+                        "this model's window is {window} tokens: the prompt (the messages and \
+                         the assistant's instructions) takes about {} by the gateway's \
+                         estimate and the answer {answer} more; shorten the messages or ask \
+                         for fewer tokens",
+                        assembled.estimated_tokens
+                    )));
                 }
                 break assembled;
             };
@@ -992,18 +1021,48 @@ struct Retry {
 /// The turn being answered, saved to its session when the answer ends, or, when the
 /// stream is dropped first (the client went away), saved as interrupted with what was
 /// streamed so far.
+/// The answer is kept only to `sessions.max_session_bytes` (with the question) while it
+/// streams: an answer that never ends cannot grow the gateway's memory.
 struct Memory {
     sessions: Arc<Sessions>,
     held: Option<Held>,
     question: String,
     answer: String,
+    /// Part of the answer was not kept.
+    cut: bool,
 }
 
+/// What ends a turn whose answer was longer than the session may keep.
+const CUT_MARK: &str = " [answer cut: longer than sessions.max_session_bytes]";
+
 impl Memory {
+    /// Keeps `text` as the answer's next piece, as far as the turn has room.
+    fn keep(&mut self, text: &str) {
+        if self.cut {
+            return;
+        }
+        let used = self.question.len() + self.answer.len();
+        let room = self.sessions.max_turn_bytes().saturating_sub(used);
+        if text.len() <= room {
+            self.answer.push_str(text);
+            return;
+        }
+        let mut end = room;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.answer.push_str(&text[..end]);
+        self.cut = true;
+    }
+
     fn turn(&mut self, interrupted: bool) -> Turn {
+        let mut assistant = std::mem::take(&mut self.answer);
+        if self.cut {
+            assistant.push_str(CUT_MARK);
+        }
         Turn {
             user: std::mem::take(&mut self.question),
-            assistant: std::mem::take(&mut self.answer),
+            assistant,
             interrupted,
             at: chrono::Utc::now().timestamp(),
         }
@@ -1078,7 +1137,7 @@ fn answer_events(
                 Ok(Chunk::Text(text)) => {
                     deltas += 1;
                     if let Some(m) = memory.as_mut() {
-                        m.answer.push_str(&text);
+                        m.keep(&text);
                     }
                     yield Event::Delta(text);
                 }
@@ -1087,7 +1146,7 @@ fn answer_events(
                     if let Some(list) = sources.as_deref().filter(|s| cite && !s.is_empty()) {
                         let text = citation(list);
                         if let Some(m) = memory.as_mut() {
-                            m.answer.push_str(&text);
+                            m.keep(&text);
                         }
                         yield Event::Delta(text);
                     }
@@ -1197,7 +1256,24 @@ fn estimate_tokens(input: &Input) -> u64 {
     n as u64
 }
 
-/// Collects a whole answer; an error event becomes the error.
+/// Most bytes of an answer a caller that takes it whole is given (an upstream that never
+/// stops must not grow the gateway's memory until `llm.max_answer_secs`).
+pub const MAX_WHOLE_ANSWER_BYTES: usize = 16 << 20;
+
+/// The error for an answer longer than `MAX_WHOLE_ANSWER_BYTES`.
+pub fn answer_too_long() -> GatewayError {
+    GatewayError::from(UpstreamError::new(
+        UpstreamErrorKind::Protocol,
+        "",
+        format!(
+            "the answer is longer than {} MiB: ask for it streamed, or for fewer tokens",
+            MAX_WHOLE_ANSWER_BYTES >> 20
+        ),
+    ))
+}
+
+/// Collects a whole answer (at most `MAX_WHOLE_ANSWER_BYTES`); an error event becomes the
+/// error.
 pub async fn collect(mut events: EventStream) -> Result<Answer, GatewayError> {
     let mut text = String::new();
     let mut tool_calls = Vec::new();
@@ -1205,7 +1281,12 @@ pub async fn collect(mut events: EventStream) -> Result<Answer, GatewayError> {
     while let Some(event) = events.next().await {
         match event {
             Event::Sources(s) => sources = Some(s),
-            Event::Delta(t) => text.push_str(&t),
+            Event::Delta(t) => {
+                if text.len() + t.len() > MAX_WHOLE_ANSWER_BYTES {
+                    return Err(answer_too_long());
+                }
+                text.push_str(&t);
+            }
             Event::ToolCalls(calls) => tool_calls.extend(calls),
             Event::Done { finish, usage } => {
                 return Ok(Answer {

@@ -2,8 +2,11 @@
 //! HTTP/2 alone, for gRPC).
 //! A connection must deliver each request's headers (and its TLS handshake) within a
 //! deadline, and take what is written to it (a write that makes no progress for the write
-//! timeout closes it), so slow clients cannot hold connections open; on shutdown no new
-//! connection is accepted and open streams may finish for a grace period.
+//! timeout closes it), so slow clients cannot hold connections open. Whatever the protocol,
+//! a connection with no request in flight for the idle timeout is closed, one whose client
+//! stops taking a response (HTTP/2 flow control) is closed after the write timeout, and at
+//! most `max_connections` are open (see `connections`). On shutdown no new connection is
+//! accepted and open streams may finish for a grace period.
 
 use std::future::Future;
 use std::io;
@@ -16,12 +19,13 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
+
+use super::connections::{self, Admitted, Closed, Registry};
 
 /// How the listener is served.
 pub struct Options {
@@ -34,6 +38,10 @@ pub struct Options {
     pub header_timeout: Duration,
     /// Longest a write to the client may make no progress before the connection closes.
     pub write_timeout: Duration,
+    /// A connection with no request in flight this long is closed.
+    pub idle_timeout: Duration,
+    /// Most connections open at once.
+    pub max_connections: usize,
     /// After the shutdown signal, how long open connections may go on.
     pub grace: Duration,
 }
@@ -50,6 +58,8 @@ impl Options {
             http2_only,
             header_timeout: server.header_read_timeout,
             write_timeout: server.write_timeout,
+            idle_timeout: server.idle_timeout,
+            max_connections: server.max_connections,
             grace: server.shutdown_grace,
         }
     }
@@ -64,6 +74,21 @@ struct Builders {
     http2_only: bool,
 }
 
+/// What every connection of a listener shares.
+struct Shared {
+    router: Router,
+    tls: Option<TlsAcceptor>,
+    builders: Builders,
+    header_timeout: Duration,
+    write_timeout: Duration,
+    /// Becomes `true` when the listener shuts down.
+    shutdown: watch::Receiver<bool>,
+}
+
+/// How long a connection the gateway closes may take to say goodbye (HTTP/2 GOAWAY,
+/// the end of the response being written) before it is dropped.
+const GOODBYE: Duration = Duration::from_secs(1);
+
 /// Serves `router` until `shutdown` resolves, then for at most `options.grace` more.
 pub async fn run(
     listener: TcpListener,
@@ -76,13 +101,31 @@ pub async fn run(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(options.header_timeout);
-    detect.http2().timer(TokioTimer::new());
-    let builders = Arc::new(Builders {
-        http2: detect.clone().http2_only(),
-        detect,
-        http2_only: options.http2_only,
+    // Pings find peers that vanished in the middle of a long answer.
+    detect
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(options.idle_timeout))
+        .keep_alive_timeout(options.write_timeout);
+    let (stop, stopped) = watch::channel(false);
+    let shared = Arc::new(Shared {
+        router,
+        tls: options.tls.clone(),
+        builders: Builders {
+            http2: detect.clone().http2_only(),
+            detect,
+            http2_only: options.http2_only,
+        },
+        header_timeout: options.header_timeout,
+        write_timeout: options.write_timeout,
+        shutdown: stopped,
     });
-    let graceful = GracefulShutdown::new();
+    let registry = Registry::new(connections::Limits {
+        max: options.max_connections,
+        idle_timeout: options.idle_timeout,
+        write_timeout: options.write_timeout,
+    });
+    let sweeper = tokio::spawn(registry.clone().sweep());
     let mut connections = JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -97,33 +140,32 @@ pub async fn run(
             () = &mut shutdown => break,
         };
         while connections.try_join_next().is_some() {}
+        let Some(admitted) = registry.admit() else {
+            tracing::warn!(%remote, open = registry.len(), "connection refused: every open connection is busy (server.max_connections)");
+            continue;
+        };
         // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm and the client's
         // delayed ACK hold each one back for up to 40 ms.
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
-        connections.spawn(connection(
-            tcp,
-            remote,
-            router.clone(),
-            options.tls.clone(),
-            builders.clone(),
-            (options.header_timeout, options.write_timeout),
-            graceful.watcher(),
-        ));
+        connections.spawn(connection(tcp, remote, shared.clone(), admitted));
     }
     drop(listener);
     tracing::info!(
         grace_secs = options.grace.as_secs(),
         "shutting down: no new connections, open streams may finish"
     );
-    tokio::select! {
-        () = graceful.shutdown() => {}
-        () = tokio::time::sleep(options.grace) => {
-            tracing::warn!("grace period over: closing the streams still open");
-        }
+    let _ = stop.send(true);
+    let drained = tokio::time::timeout(options.grace, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("grace period over: closing the streams still open");
     }
     connections.shutdown().await;
+    sweeper.abort();
     Ok(())
 }
 
@@ -141,50 +183,70 @@ async fn accept_failed(e: io::Error) {
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
-async fn connection(
-    tcp: TcpStream,
-    remote: SocketAddr,
-    router: Router,
-    tls: Option<TlsAcceptor>,
-    builders: Arc<Builders>,
-    (deadline, write_timeout): (Duration, Duration),
-    watcher: Watcher,
-) {
-    let service = TowerToHyperService::new(router.map_request(
-        move |mut req: axum::http::Request<Incoming>| {
-            req.extensions_mut().insert(ConnectInfo(remote));
-            req
-        },
-    ));
-    // The connection, as HTTP/2 alone or as whatever the client speaks.
+async fn connection(tcp: TcpStream, remote: SocketAddr, shared: Arc<Shared>, admitted: Admitted) {
+    let conn = admitted.connection.clone();
+    let router = shared.router.clone();
+    let service = hyper::service::service_fn(move |mut req: axum::http::Request<Incoming>| {
+        req.extensions_mut().insert(ConnectInfo(remote));
+        let flight = conn.start();
+        let call = router.clone().oneshot(req);
+        async move {
+            let response = call.await?;
+            Ok::<_, std::convert::Infallible>(response.map(|body| connections::track(body, flight)))
+        }
+    });
+    let mut shutdown = shared.shutdown.clone();
+    let builders = &shared.builders;
+    // The connection, as HTTP/2 alone or as whatever the client speaks, until it ends, the
+    // gateway closes it (idle, stalled, evicted) or the listener shuts down.
     // (`serve_connection_with_upgrades` would ignore the builder's version.)
     macro_rules! serve_on {
         ($io:expr) => {{
             let io = TokioIo::new($io);
             if builders.http2_only {
-                watcher
-                    .watch(builders.http2.serve_connection(io, service))
-                    .await
+                let conn = builders.http2.serve_connection(io, service);
+                drive!(conn)
             } else {
                 let conn = builders.detect.serve_connection_with_upgrades(io, service);
-                watcher.watch(conn).await
+                drive!(conn)
             }
         }};
     }
-    let served = match tls {
+    macro_rules! drive {
+        ($conn:expr) => {{
+            let conn = $conn;
+            tokio::pin!(conn);
+            tokio::select! {
+                served = conn.as_mut() => served,
+                why = admitted.connection.closed() => {
+                    tracing::debug!(%remote, reason = ?why, "closing the connection");
+                    conn.as_mut().graceful_shutdown();
+                    let wait = if why == Closed::Idle { GOODBYE } else { Duration::ZERO };
+                    tokio::time::timeout(wait, conn.as_mut()).await.unwrap_or(Ok(()))
+                }
+                () = stopping(&mut shutdown) => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            }
+        }};
+    }
+    let deadline = shared.header_timeout;
+    let served = match &shared.tls {
         None => {
             // Until the first bytes tell HTTP/1 from HTTP/2, no header deadline runs.
-            if !matches!(
-                tokio::time::timeout(deadline, protocol_known(&tcp)).await,
-                Ok(Ok(true))
-            ) {
+            let known = tokio::select! {
+                known = tokio::time::timeout(deadline, protocol_known(&tcp)) => known,
+                _ = admitted.connection.closed() => return,
+            };
+            if !matches!(known, Ok(Ok(true))) {
                 tracing::debug!(%remote, "connection closed: no request in time");
                 return;
             }
-            serve_on!(WriteDeadline::new(tcp, write_timeout))
+            serve_on!(WriteDeadline::new(tcp, shared.write_timeout))
         }
         Some(acceptor) => {
-            let io = WriteDeadline::new(tcp, write_timeout);
+            let io = WriteDeadline::new(tcp, shared.write_timeout);
             let stream = match tokio::time::timeout(deadline, acceptor.accept(io)).await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => {
@@ -202,6 +264,11 @@ async fn connection(
     if let Err(e) = served {
         tracing::debug!(%remote, error = %e, "connection ended with an error");
     }
+}
+
+/// Resolves when the listener shuts down.
+async fn stopping(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
 /// Waits until the client sent enough to tell HTTP/1 from HTTP/2's preface; `false` if it

@@ -5,6 +5,7 @@
 pub mod access;
 pub mod bounds;
 pub mod chat;
+pub mod connections;
 pub mod evaluation;
 pub mod listener;
 pub mod ready;

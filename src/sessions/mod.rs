@@ -170,6 +170,9 @@ impl Limits {
     }
 }
 
+/// `sessions.max_session_bytes`'s default.
+const DEFAULT_MAX_TURN_BYTES: usize = 1 << 20;
+
 /// A lock a store holds for one session while a turn runs (across replicas); released
 /// when dropped.
 pub trait StoreLock: Send + Sync {}
@@ -239,6 +242,8 @@ pub struct Sessions {
     store: Arc<dyn SessionStore>,
     window_turns: usize,
     wait: Duration,
+    /// Most bytes of one turn kept while its answer streams (`sessions.max_session_bytes`).
+    max_turn_bytes: usize,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
@@ -266,8 +271,19 @@ impl Sessions {
             store,
             window_turns,
             wait,
+            max_turn_bytes: DEFAULT_MAX_TURN_BYTES,
             locks: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// A turn is kept to `bytes` while its answer streams: what comes after is not held.
+    pub fn with_max_turn_bytes(mut self, bytes: usize) -> Self {
+        self.max_turn_bytes = bytes;
+        self
+    }
+
+    pub fn max_turn_bytes(&self) -> usize {
+        self.max_turn_bytes
     }
 
     /// Forgets expired sessions every `every` while the store lives (needs a runtime).

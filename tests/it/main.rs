@@ -27,6 +27,7 @@ mod faults;
 mod fuzz_corpus;
 mod grpc;
 mod grpc_python;
+mod hostile;
 mod ingest_roots;
 mod ingest_scale;
 mod knowledge;

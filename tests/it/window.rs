@@ -162,10 +162,26 @@ async fn messages_that_alone_overflow_the_window_are_refused_in_each_dialects_sh
 
     // No tokenizer: the upstream's own refusal, once the gateway had nothing left to cut,
     // comes back as the same error.
+    // Too long by the gateway's own estimate: refused before anything is sent (forwarded,
+    // it would be cut or refused upstream).
     let up = ScriptedUpstream::start().await;
     up.limit_window(dense(false, Overflow::Status, 1.0));
     let gw = Gateway::with_knowledge(&up, Provider::Openai, small_window).await;
     let (status, _, body) = post(&gw.url("/v1/chat/completions"), ask("brunix")).await;
+    assert_eq!(status, 400, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{body}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("estimate"),
+        "{body}"
+    );
+    assert!(chat_requests(&up).is_empty(), "nothing was sent upstream");
+    // Fitting by the estimate, too long for this upstream's denser tokenizer: its own
+    // refusal, once the gateway had nothing left to cut, comes back as the same error.
+    let shorter = "let total = items.iter().map(|x| x.price * x.qty).sum::<u64>();\n".repeat(40);
+    let ask_shorter = json!({"model": "brunix", "stream": false,
+        "messages": [{"role": "user", "content": format!("Why is this slow?\n{shorter}")}]});
+    let (status, _, body) = post(&gw.url("/v1/chat/completions"), ask_shorter).await;
     assert_eq!(status, 400, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["error"]["code"], "context_length_exceeded", "{body}");
@@ -177,7 +193,7 @@ async fn messages_that_alone_overflow_the_window_are_refused_in_each_dialects_sh
         chats.len()
     );
     for chat in chats {
-        assert!(prompt_text(&chat).contains(&long));
+        assert!(prompt_text(&chat).contains(&shorter));
     }
 }
 

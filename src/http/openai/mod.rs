@@ -66,8 +66,12 @@ async fn list_models(State(state): State<AppState>) -> Json<Value> {
 
 async fn get_model(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<Value>, Error> {
+    // `%FF`: not a name at all, answered in the dialect's shape like any unknown model.
+    let id = id
+        .map_err(|_| crate::error::GatewayError::model_not_found("(not UTF-8)"))?
+        .0;
     let m = state.pipeline.model(&id).await?;
     Ok(Json(model_json(&m, state.started.timestamp())))
 }

@@ -65,6 +65,57 @@ pub enum Reply {
         body: String,
         retry_after: String,
     },
+    /// Answers with this status and a body of this many bytes, streamed (a hostile or
+    /// broken upstream's error page).
+    HugeStatus { status: u16, bytes: usize },
+    /// Streams pieces of this many bytes, as fast as they are taken, forever.
+    Flood(usize),
+    /// Answers 307 pointing at this URL.
+    Redirect(String),
+}
+
+/// What the upstream's describing endpoints (`/api/tags`, `/v1/models`, `/api/show`, the
+/// tokenizer) do instead of answering (see `ScriptedUpstream::hostile`).
+#[derive(Clone, Copy, Debug)]
+pub enum Hostile {
+    /// A body of this many bytes, streamed.
+    Huge(usize),
+    /// Half a reply, then silence for this long.
+    StallMidBody(Duration),
+}
+
+/// A streamed body: `prefix`, then digits up to `bytes` in all.
+fn huge_body(prefix: &'static str, bytes: usize) -> Body {
+    let piece = Bytes::from(vec![b'7'; 64 * 1024]);
+    let pieces = bytes.saturating_sub(prefix.len()).div_ceil(piece.len());
+    let body = futures::stream::iter(
+        std::iter::once(Bytes::from_static(prefix.as_bytes()))
+            .chain(std::iter::repeat_n(piece, pieces))
+            .map(Ok::<_, std::io::Error>),
+    );
+    Body::from_stream(body)
+}
+
+/// What a describing endpoint answers when the upstream is set hostile.
+fn hostile_reply(shared: &Shared, prefix: &'static str) -> Option<Response> {
+    let hostile = (*shared.hostile.lock().unwrap())?;
+    Some(match hostile {
+        Hostile::Huge(bytes) => Response::builder()
+            .header("content-type", "application/json")
+            .body(huge_body(prefix, bytes))
+            .unwrap(),
+        Hostile::StallMidBody(silence) => {
+            let body = async_stream::stream! {
+                yield Ok::<Bytes, std::io::Error>(Bytes::from_static(prefix.as_bytes()));
+                tokio::time::sleep(silence).await;
+                yield Ok(Bytes::from_static(b"]}"));
+            };
+            Response::builder()
+                .header("content-type", "application/json")
+                .body(Body::from_stream(body))
+                .unwrap()
+        }
+    })
 }
 
 impl Reply {
@@ -104,6 +155,8 @@ struct Shared {
     tokenized: Mutex<Vec<String>>,
     /// Model listings served (`/api/tags`, `/v1/models`).
     listings: AtomicUsize,
+    /// What the describing endpoints do instead of answering (see `hostile`).
+    hostile: Mutex<Option<Hostile>>,
 }
 
 /// A model window enforced as real servers do, with a tokenizer denser than the gateway's
@@ -233,6 +286,12 @@ impl ScriptedUpstream {
         *self.shared.also_serves.lock().unwrap() = Some(model.to_string());
     }
 
+    /// From now on the describing endpoints (model lists, `/api/show`, the tokenizer)
+    /// misbehave this way.
+    pub fn hostile(&self, how: Hostile) {
+        *self.shared.hostile.lock().unwrap() = Some(how);
+    }
+
     /// The texts the tokenizer endpoint counted.
     pub fn tokenized(&self) -> Vec<String> {
         self.shared.tokenized.lock().unwrap().clone()
@@ -337,6 +396,9 @@ fn served(shared: &Shared) -> Vec<String> {
 
 async fn tags(State(shared): State<Arc<Shared>>) -> Response {
     shared.listings.fetch_add(1, Ordering::SeqCst);
+    if let Some(r) = hostile_reply(&shared, "{\"models\":[") {
+        return r;
+    }
     let models: Vec<Value> = served(&shared)
         .iter()
         .map(|name| {
@@ -354,6 +416,9 @@ async fn tags(State(shared): State<Arc<Shared>>) -> Response {
 
 async fn models(State(shared): State<Arc<Shared>>) -> Response {
     shared.listings.fetch_add(1, Ordering::SeqCst);
+    if let Some(r) = hostile_reply(&shared, "{\"object\":\"list\",\"data\":[") {
+        return r;
+    }
     let data: Vec<Value> = served(&shared)
         .iter()
         .map(|id| json!({"id": id, "object": "model", "created": 1700000000, "owned_by": "scripted"}))
@@ -363,6 +428,9 @@ async fn models(State(shared): State<Arc<Shared>>) -> Response {
 
 /// llama-cpp-python's token count, when the window says the upstream has a tokenizer.
 async fn tokenize(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    if let Some(r) = hostile_reply(&shared, "{\"tokens\":[") {
+        return r;
+    }
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     match shared.window.lock().unwrap().clone() {
         Some(w) if w.tokenizer => {
@@ -378,7 +446,10 @@ async fn tokenize(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     }
 }
 
-async fn show(body: Bytes) -> Response {
+async fn show(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    if let Some(r) = hostile_reply(&shared, "{\"template\":\"") {
+        return r;
+    }
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let name = v["model"].as_str().or(v["name"].as_str()).unwrap_or("");
     if name != UPSTREAM_MODEL {
@@ -573,6 +644,20 @@ async fn handle(
                 .body(Body::from(body))
                 .unwrap()
         }
+        Reply::HugeStatus { status, bytes } => {
+            return Response::builder()
+                .status(status)
+                .header("content-type", "text/html")
+                .body(huge_body("<html><body>", bytes))
+                .unwrap()
+        }
+        Reply::Redirect(to) => {
+            return Response::builder()
+                .status(307)
+                .header("location", to)
+                .body(Body::empty())
+                .unwrap()
+        }
         _ => {}
     }
     let w = Writer {
@@ -601,7 +686,9 @@ async fn handle(
             Reply::ErrorAfter(t, m) => (t, Duration::ZERO, End::Error(m)),
             Reply::Endless(d) => (vec![], d, End::Endless),
             Reply::StallAfter(t, d) => (t, Duration::ZERO, End::Stall(d)),
-            Reply::Status { .. } | Reply::HangBeforeHeaders(_) | Reply::RetryAfter { .. } | Reply::Raw { .. } => (vec!["late".into()], Duration::ZERO, End::Finish("stop")),
+            Reply::Flood(n) => (vec![], Duration::ZERO, End::Flood(n)),
+            Reply::Status { .. } | Reply::HangBeforeHeaders(_) | Reply::RetryAfter { .. } | Reply::Raw { .. }
+            | Reply::HugeStatus { .. } | Reply::Redirect(_) => (vec!["late".into()], Duration::ZERO, End::Finish("stop")),
         };
         if let Some(first) = w.opening() {
             yield Ok::<Bytes, std::io::Error>(first);
@@ -646,6 +733,13 @@ async fn handle(
                 tokio::time::sleep(delay).await;
                 yield Ok(w.text("tick "));
             },
+            End::Flood(n) => {
+                let piece = "w".repeat(n);
+                loop {
+                    yield Ok(w.text(&piece));
+                    tokio::task::yield_now().await;
+                }
+            }
         }
         guard.finished = true;
     };
@@ -663,6 +757,7 @@ enum End {
     Error(String),
     Endless,
     Stall(Duration),
+    Flood(usize),
 }
 
 /// Counts a stream as cancelled when its body is dropped before the end.
@@ -1106,13 +1201,36 @@ impl Spawned {
         tweak: impl FnOnce(&mut Settings),
         env: &[(&str, &str)],
     ) -> Self {
+        Self::start_limited(upstream, provider, knowledge, tweak, env, None).await
+    }
+
+    /// Like `start_with_env`, the process limited to `open_files` open files (soft and
+    /// hard, as `ulimit -n` sets them) when given.
+    pub async fn start_limited(
+        upstream: &ScriptedUpstream,
+        provider: Provider,
+        knowledge: bool,
+        tweak: impl FnOnce(&mut Settings),
+        env: &[(&str, &str)],
+        open_files: Option<u64>,
+    ) -> Self {
         use std::io::BufRead;
         let (mut settings, data) = test_settings(upstream, provider, knowledge, tweak).await;
         settings.server.addr = "127.0.0.1:0".into();
         settings.log.format = assist_gateway::config::LogFormat::Json;
         let config = data.path().join("gateway.toml");
         std::fs::write(&config, toml::to_string(&settings).unwrap()).unwrap();
-        let mut child = std::process::Command::new(gateway_binary())
+        let mut command = match open_files {
+            None => std::process::Command::new(gateway_binary()),
+            Some(n) => {
+                let mut sh = std::process::Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(gateway_binary());
+                sh
+            }
+        };
+        let mut child = command
             .arg("serve")
             .arg("--config")
             .arg(&config)
@@ -1164,6 +1282,24 @@ impl Spawned {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The process's resident memory now and at its peak (`VmRSS`, `VmHWM`), in MiB.
+    pub fn memory_mib(&self) -> (f64, f64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                .unwrap()
+                / 1024.0
+        };
+        (field("VmRSS:"), field("VmHWM:"))
     }
 
     /// Every line the gateway logged so far.

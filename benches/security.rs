@@ -1,0 +1,229 @@
+//! The gateway under the attacks a keyless client or a hostile upstream can mount, at full
+//! scale: what `/health` and a chat answer cost meanwhile, and the gateway's resident
+//! memory (now and at its peak). The same attacks run bounded, with their limits asserted,
+//! in `tests/it/hostile.rs` on every CI run.
+//!
+//! ```sh
+//! cargo bench --bench security
+//! SECURITY_IDLE=2000 SECURITY_SLOW=500 SECURITY_STREAM_MB=2000 SECURITY_HUGE_MB=200 cargo bench --bench security
+//! ```
+//!
+//! Rows:
+//! - `idle h2`: SECURITY_IDLE connections (2,000) that sent the HTTP/2 preface and
+//!   nothing more, held open, from one client;
+//! - `slow h1`: SECURITY_SLOW connections (500) sending request headers a byte a second;
+//! - `endless, no session` / `endless, session`: an upstream streaming 16 KiB tokens as
+//!   fast as they are taken, read for SECURITY_STREAM_MB (1,000) MB, without and with a
+//!   `session_id`;
+//! - `huge error` / `huge count` / `huge list`: upstream bodies of SECURITY_HUGE_MB (200)
+//!   MB: an error page on every attempt, the tokenizer's answer, the model list.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
+
+#[path = "../tests/it/support/mod.rs"]
+mod support;
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{env_or, mib, percentile, rss_kib, start_gateway, GatewayOptions, RssSampler};
+use serde_json::json;
+use support::{Hostile, Reply, ScriptedUpstream};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const SETTINGS: [u8; 9] = [0, 0, 0, 4, 0, 0, 0, 0, 0];
+
+struct Row {
+    case: String,
+    health_p50_ms: f64,
+    health_max_ms: f64,
+    chat_ms: f64,
+    rss_mib: f64,
+    peak_mib: f64,
+}
+
+/// `/health` 20 times (p50 and max, ms) and one chat answer (ms) against `url`.
+async fn probe(url: &str) -> (f64, f64, f64) {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let mut times = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let ok = client
+            .get(format!("{url}/health"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200);
+        times.push(if ok {
+            t.elapsed().as_micros() as u64
+        } else {
+            10_000_000
+        });
+    }
+    let t = Instant::now();
+    let chat = client
+        .post(format!("{url}/v1/chat/completions"))
+        .json(&json!({"model": "brunix", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await;
+    let chat_ms = match chat {
+        Ok(r) if r.status() == 200 => t.elapsed().as_secs_f64() * 1e3,
+        _ => f64::NAN,
+    };
+    (percentile(&times, 0.5), percentile(&times, 1.0), chat_ms)
+}
+
+async fn read_stream(url: &str, session: Option<&str>, bytes: usize) {
+    use futures::StreamExt;
+    let mut body = json!({"model": "brunix", "stream": true,
+        "messages": [{"role": "user", "content": "write forever"}]});
+    if let Some(s) = session {
+        body["session_id"] = json!(s);
+    }
+    let response = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let mut stream = response.bytes_stream();
+    let mut got = 0;
+    while let Some(Ok(piece)) = stream.next().await {
+        got += piece.len();
+        if got >= bytes {
+            return;
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    common::kill_children_on_signal();
+    let idle: usize = env_or("SECURITY_IDLE", 2000);
+    let slow: usize = env_or("SECURITY_SLOW", 500);
+    let stream_mb: usize = env_or("SECURITY_STREAM_MB", 1000);
+    let huge_mb: usize = env_or("SECURITY_HUGE_MB", 200);
+    let upstream = ScriptedUpstream::start().await;
+    upstream.set_default(Reply::tokens(&["fine"]));
+    let gw = start_gateway(
+        &upstream,
+        &GatewayOptions {
+            knowledge: false,
+            ..GatewayOptions::default()
+        },
+    )
+    .await;
+    let pid = gw.pid();
+    let mut rows = Vec::new();
+    let row = |case: &str, (p50, max, chat): (f64, f64, f64), peak: u64| Row {
+        case: case.to_string(),
+        health_p50_ms: p50,
+        health_max_ms: max,
+        chat_ms: chat,
+        rss_mib: mib(rss_kib(pid)),
+        peak_mib: mib(peak),
+    };
+    let addr: std::net::SocketAddr = gw.url.trim_start_matches("http://").parse().unwrap();
+
+    let sampler = RssSampler::start(pid);
+    rows.push(row("quiet", probe(&gw.url).await, sampler.peak()));
+
+    let mut held = Vec::new();
+    for _ in 0..idle {
+        if let Ok(mut c) = TcpStream::connect(addr).await {
+            if c.write_all(PREFACE).await.is_ok() && c.write_all(&SETTINGS).await.is_ok() {
+                held.push(c);
+            }
+        }
+    }
+    let case = format!("idle h2 ×{}", held.len());
+    rows.push(row(&case, probe(&gw.url).await, sampler.peak()));
+    drop(held);
+
+    let mut slow_conns = Vec::new();
+    for _ in 0..slow {
+        if let Ok(c) = TcpStream::connect(addr).await {
+            slow_conns.push(c);
+        }
+    }
+    let dripping = tokio::spawn(async move {
+        let header = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+        for i in 0..header.len() {
+            for c in &mut slow_conns {
+                let _ = c.write_all(&header[i..=i]).await;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let case = format!("slow h1 ×{slow}");
+    rows.push(row(&case, probe(&gw.url).await, sampler.peak()));
+    dripping.abort();
+    drop(sampler);
+
+    for session in [None, Some("endless")] {
+        upstream.set_default(Reply::Flood(16 * 1024));
+        let sampler = RssSampler::start(pid);
+        read_stream(&gw.url, session, stream_mb << 20).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let peak = sampler.stop().await;
+        upstream.set_default(Reply::tokens(&["fine"]));
+        let case = match session {
+            None => format!("endless {stream_mb} MB, no session"),
+            Some(_) => format!("endless {stream_mb} MB, session"),
+        };
+        rows.push(row(&case, probe(&gw.url).await, peak));
+    }
+
+    let huge = huge_mb << 20;
+    upstream.set_default(Reply::HugeStatus {
+        status: 500,
+        bytes: huge,
+    });
+    let sampler = RssSampler::start(pid);
+    let t = Instant::now();
+    let _ = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", gw.url))
+        .json(&json!({"model": "brunix", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await;
+    let took = t.elapsed();
+    let peak = sampler.stop().await;
+    upstream.set_default(Reply::tokens(&["fine"]));
+    let case = format!("huge error {huge_mb} MB ({:.1} s)", took.as_secs_f64());
+    rows.push(row(&case, probe(&gw.url).await, peak));
+
+    upstream.hostile(Hostile::Huge(huge));
+    let sampler = RssSampler::start(pid);
+    let t = Instant::now();
+    let counted = probe(&gw.url).await;
+    let _ = reqwest::get(format!("{}/v1/models", gw.url)).await;
+    let took = t.elapsed();
+    let peak = sampler.stop().await;
+    let case = format!(
+        "huge count and list {huge_mb} MB ({:.1} s)",
+        took.as_secs_f64()
+    );
+    rows.push(row(&case, counted, peak));
+
+    println!(
+        "\n| case | /health p50 / max (ms) | chat answer (ms) | RSS after (MiB) | peak RSS (MiB) |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for r in rows {
+        println!(
+            "| {} | {:.2} / {:.2} | {:.1} | {:.1} | {:.1} |",
+            r.case, r.health_p50_ms, r.health_max_ms, r.chat_ms, r.rss_mib, r.peak_mib
+        );
+    }
+}

@@ -1,0 +1,429 @@
+//! The open connections of one listener, and what keeps their number and their life
+//! bounded whatever the protocol (HTTP/1.1 and HTTP/2 alike):
+//!
+//! - a connection with no request in flight for `idle_timeout` is closed (an HTTP/2
+//!   connection that only sent its preface, or a HEADERS frame that never ends, is idle:
+//!   no request reached the service);
+//! - a response whose client stops taking it (HTTP/2 flow control holds the stream while
+//!   the socket stays writable, so no socket deadline sees it) closes its connection once
+//!   it waited `write_timeout` for the client;
+//! - at most `max` connections are open: one more evicts the connection idle longest,
+//!   or, when every one is busy, is refused. Keyless idle connections can therefore never
+//!   keep `/health` or an answer out.
+//!
+//! One sweeper task per listener checks every connection a few times a second.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use tokio::sync::Notify;
+
+/// Why a connection was closed by the gateway (a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// No request in flight for the idle timeout.
+    Idle,
+    /// A response waited for its client longer than the write timeout.
+    Stalled,
+    /// Evicted to make room for a new connection at the cap.
+    Evicted,
+}
+
+impl Closed {
+    fn as_str(self) -> &'static str {
+        match self {
+            Closed::Idle => "idle",
+            Closed::Stalled => "stalled",
+            Closed::Evicted => "evicted",
+        }
+    }
+}
+
+/// Deadlines and the cap.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max: usize,
+    pub idle_timeout: Duration,
+    pub write_timeout: Duration,
+}
+
+/// One open connection.
+pub struct Connection {
+    id: u64,
+    /// Requests in flight: from the service's call to the end (or drop) of the response
+    /// body.
+    active: AtomicUsize,
+    /// Milliseconds (since the registry started) when `active` last became 0.
+    idle_since: AtomicU64,
+    /// Responses being written: for each, since when it waits for the client to take the
+    /// frame it handed over (0: not waiting), by response.
+    waiting: Mutex<HashMap<u64, u64>>,
+    next_response: AtomicU64,
+    /// Set when the gateway closes the connection, with the reason.
+    close: Notify,
+    reason: Mutex<Option<Closed>>,
+    registry: Weak<Inner>,
+}
+
+impl Connection {
+    /// Resolves when the gateway decided to close this connection; why.
+    pub async fn closed(&self) -> Closed {
+        loop {
+            if let Some(reason) = *self.reason.lock().unwrap_or_else(|e| e.into_inner()) {
+                return reason;
+            }
+            self.close.notified().await;
+        }
+    }
+
+    fn shut(&self, why: Closed) {
+        let mut reason = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+        if reason.is_none() {
+            *reason = Some(why);
+            metrics::counter!("assist_connections_closed_total", "reason" => why.as_str())
+                .increment(1);
+            self.close.notify_one();
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.registry.upgrade().map_or(0, |r| r.now())
+    }
+
+    /// A request arrived: the connection is busy until the returned guard (kept by the
+    /// response body) is dropped.
+    pub fn start(self: &Arc<Self>) -> InFlight {
+        self.active.fetch_add(1, Ordering::AcqRel);
+        let response = self.next_response.fetch_add(1, Ordering::Relaxed);
+        InFlight {
+            connection: self.clone(),
+            response,
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.active.load(Ordering::Acquire) > 0
+    }
+}
+
+/// A request in flight on a connection; dropping it makes the connection idle again
+/// (when it was the last).
+pub struct InFlight {
+    connection: Arc<Connection>,
+    response: u64,
+}
+
+impl InFlight {
+    fn waiting(&self, since: Option<u64>) {
+        let mut waiting = self
+            .connection
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match since {
+            Some(at) => {
+                waiting.insert(self.response, at.max(1));
+            }
+            None => {
+                waiting.remove(&self.response);
+            }
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.waiting(None);
+        let c = &self.connection;
+        c.idle_since.store(c.now(), Ordering::Release);
+        c.active.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its request in flight until it ends, and says when it has
+/// handed a frame over and waits for the client to want the next (a client that never
+/// does is stalled).
+pub struct Tracked<B> {
+    inner: B,
+    flight: Option<InFlight>,
+}
+
+/// `body` kept in flight by `flight`.
+pub fn track(body: Body, flight: InFlight) -> Body {
+    Body::new(Tracked {
+        inner: body,
+        flight: Some(flight),
+    })
+}
+
+impl<B: HttpBody<Data = Bytes> + Unpin> HttpBody for Tracked<B> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        if let Some(f) = &this.flight {
+            // Asked again: the client took what it was given.
+            f.waiting(None);
+        }
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(_))) => {
+                if let Some(f) = &this.flight {
+                    f.waiting(Some(f.connection.now()));
+                }
+            }
+            Poll::Ready(_) => {
+                // The end, or an error: the request is over.
+                this.flight = None;
+            }
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+struct Inner {
+    limits: Limits,
+    started: Instant,
+    next_id: AtomicU64,
+    open: Mutex<HashMap<u64, Arc<Connection>>>,
+}
+
+impl Inner {
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+}
+
+/// The connections of one listener.
+#[derive(Clone)]
+pub struct Registry(Arc<Inner>);
+
+/// A connection's place in the registry; leaving it (on drop) removes the connection.
+pub struct Admitted {
+    pub connection: Arc<Connection>,
+    registry: Registry,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut open = self
+            .registry
+            .0
+            .open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        open.remove(&self.connection.id);
+        metrics::gauge!("assist_connections_open").set(open.len() as f64);
+    }
+}
+
+impl Registry {
+    pub fn new(limits: Limits) -> Self {
+        Self(Arc::new(Inner {
+            limits,
+            started: Instant::now(),
+            next_id: AtomicU64::new(0),
+            open: Mutex::default(),
+        }))
+    }
+
+    /// Connections open now.
+    pub fn len(&self) -> usize {
+        self.0.open.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Takes a new connection in, making room at the cap by evicting the connection idle
+    /// longest; `None` (refused) when every open connection is busy.
+    pub fn admit(&self) -> Option<Admitted> {
+        let inner = &self.0;
+        let mut open = inner.open.lock().unwrap_or_else(|e| e.into_inner());
+        if open.len() >= inner.limits.max {
+            let oldest = open
+                .values()
+                .filter(|c| !c.busy() && c.reason.lock().is_ok_and(|r| r.is_none()))
+                .min_by_key(|c| c.idle_since.load(Ordering::Acquire))
+                .cloned();
+            match oldest {
+                Some(c) => {
+                    // Out of the count at once: it is closing.
+                    open.remove(&c.id);
+                    c.shut(Closed::Evicted);
+                }
+                None => {
+                    metrics::counter!("assist_connections_refused_total").increment(1);
+                    return None;
+                }
+            }
+        }
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let connection = Arc::new(Connection {
+            id,
+            active: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(inner.now()),
+            waiting: Mutex::default(),
+            next_response: AtomicU64::new(0),
+            close: Notify::new(),
+            reason: Mutex::new(None),
+            registry: Arc::downgrade(inner),
+        });
+        open.insert(id, connection.clone());
+        metrics::counter!("assist_connections_accepted_total").increment(1);
+        metrics::gauge!("assist_connections_open").set(open.len() as f64);
+        Some(Admitted {
+            connection,
+            registry: self.clone(),
+        })
+    }
+
+    /// Closes the connections idle or stalled past their deadline; runs until the
+    /// registry is dropped by its listener.
+    pub async fn sweep(self) {
+        let limits = self.0.limits;
+        let every = (limits.idle_timeout.min(limits.write_timeout) / 4)
+            .clamp(Duration::from_millis(20), Duration::from_secs(1));
+        let weak = Arc::downgrade(&self.0);
+        drop(self);
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(inner) = weak.upgrade() else { return };
+            let now = inner.now();
+            let idle_ms = limits.idle_timeout.as_millis() as u64;
+            let write_ms = limits.write_timeout.as_millis() as u64;
+            let open: Vec<Arc<Connection>> = inner
+                .open
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .cloned()
+                .collect();
+            drop(inner);
+            for c in open {
+                if !c.busy() {
+                    if now.saturating_sub(c.idle_since.load(Ordering::Acquire)) >= idle_ms {
+                        c.shut(Closed::Idle);
+                    }
+                    continue;
+                }
+                let stalled = c
+                    .waiting
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .values()
+                    .any(|&since| now.saturating_sub(since) >= write_ms);
+                if stalled {
+                    c.shut(Closed::Stalled);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry(max: usize) -> Registry {
+        Registry::new(Limits {
+            max,
+            idle_timeout: Duration::from_millis(100),
+            write_timeout: Duration::from_millis(100),
+        })
+    }
+
+    #[tokio::test]
+    async fn at_the_cap_the_longest_idle_goes_and_busy_ones_stay() {
+        let r = registry(2);
+        let a = r.admit().unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let b = r.admit().unwrap();
+        let _busy = b.connection.start();
+        // a is idle longest: evicted for c.
+        let c = r.admit().unwrap();
+        assert_eq!(a.connection.closed().await, Closed::Evicted);
+        assert_eq!(r.len(), 2);
+        // b and c busy: a fourth is refused.
+        let _also_busy = c.connection.start();
+        assert!(r.admit().is_none());
+        drop(a);
+        assert_eq!(r.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn idle_connections_close_and_busy_ones_do_not() {
+        let r = registry(10);
+        tokio::spawn(r.clone().sweep());
+        let idle = r.admit().unwrap();
+        let busy = r.admit().unwrap();
+        let flight = busy.connection.start();
+        let closed = tokio::time::timeout(Duration::from_secs(2), idle.connection.closed()).await;
+        assert_eq!(closed.unwrap(), Closed::Idle);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(busy.connection.reason.lock().unwrap().is_none());
+        // Once its request is over it is idle like any other.
+        drop(flight);
+        let closed = tokio::time::timeout(Duration::from_secs(2), busy.connection.closed()).await;
+        assert_eq!(closed.unwrap(), Closed::Idle);
+    }
+
+    /// A response that handed over a frame and is never asked for the next one (the
+    /// client's flow-control window stays shut) closes its connection.
+    #[tokio::test]
+    async fn a_response_the_client_stops_taking_closes_the_connection() {
+        use http_body_util::BodyExt;
+        let r = registry(10);
+        tokio::spawn(r.clone().sweep());
+        let admitted = r.admit().unwrap();
+        let frames = futures::stream::iter(
+            (0..3).map(|i| Ok::<_, std::io::Error>(Frame::data(Bytes::from(format!("{i}"))))),
+        );
+        let body = track(
+            Body::new(http_body_util::StreamBody::new(frames)),
+            admitted.connection.start(),
+        );
+        let mut body = body;
+        // Taken promptly: no stall, and the end frees the connection.
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "0");
+        let closed =
+            tokio::time::timeout(Duration::from_secs(2), admitted.connection.closed()).await;
+        assert_eq!(closed.unwrap(), Closed::Stalled);
+        // A body read to its end leaves nothing waiting.
+        let again = r.admit().unwrap();
+        let frames = futures::stream::iter(
+            (0..3).map(|i| Ok::<_, std::io::Error>(Frame::data(Bytes::from(format!("{i}"))))),
+        );
+        let body = track(
+            Body::new(http_body_util::StreamBody::new(frames)),
+            again.connection.start(),
+        );
+        let all = body.collect().await.unwrap().to_bytes();
+        assert_eq!(all, "012");
+        assert!(!again.connection.busy());
+    }
+}
