@@ -90,6 +90,19 @@ enum EvalCommand {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// How the assistant understands IDE turns (no answer generated): editor recall and
+    /// precision, routing accuracy, follow-up recall@3; per language and per kind.
+    Turns {
+        /// JSON lines: {"id", "question", "selection"?, "open_file"?, "history"?,
+        /// "editor", "retrieve", "relevant"?, "lang"?, "kind"?}.
+        #[arg(long, value_name = "FILE.jsonl")]
+        dataset: PathBuf,
+        /// Also write the figures and every turn's decisions as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
     /// Answers to golden questions through the real pipeline, scored by a judge model
     /// (RAGAS faithfulness, answer relevancy, context recall, context precision).
     Answers {
@@ -124,6 +137,9 @@ impl Command {
             }
             | Command::Eval {
                 what: EvalCommand::Answers { config, .. },
+            }
+            | Command::Eval {
+                what: EvalCommand::Turns { config, .. },
             } => config.as_deref(),
         }
     }
@@ -143,7 +159,7 @@ fn main() -> ExitCode {
         settings.log.level = "warn".into();
     }
     if let Command::Eval {
-        what: EvalCommand::Answers { .. },
+        what: EvalCommand::Answers { .. } | EvalCommand::Turns { .. },
     } = cli.command
     {
         // The progress bar and the table are the output; RUST_LOG brings the stage logs back.
@@ -174,6 +190,9 @@ fn main() -> ExitCode {
                         dataset, k, json, ..
                     },
             } => eval_retrieval(settings, dataset, k, json).await,
+            Command::Eval {
+                what: EvalCommand::Turns { dataset, json, .. },
+            } => eval_turns(settings, dataset, json).await,
             Command::Eval {
                 what:
                     EvalCommand::Answers {
@@ -328,6 +347,24 @@ async fn eval_retrieval(
     }
     if let Some(path) = json {
         std::fs::write(&path, serde_json::to_vec_pretty(&scores)?)?;
+    }
+    Ok(())
+}
+
+async fn eval_turns(
+    settings: Settings,
+    dataset: PathBuf,
+    json: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    use assist_gateway::eval::turns::{evaluate, load_dataset, summarize, table};
+    let turns = load_dataset(&dataset)?;
+    let parts = assist_gateway::app::pipeline(&settings, false)?;
+    let outcomes = evaluate(&parts.pipeline, &parts.retriever, &turns).await?;
+    let figures = summarize(&outcomes);
+    print!("{}", table(&figures, &outcomes));
+    if let Some(path) = json {
+        let both = serde_json::json!({"figures": figures, "turns": outcomes});
+        std::fs::write(&path, serde_json::to_vec_pretty(&both)?)?;
     }
     Ok(())
 }

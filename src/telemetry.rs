@@ -79,6 +79,10 @@ pub fn install() -> Option<&'static PrometheusHandle> {
 
 fn describe() {
     describe_counter!(
+        "assist_turn_decisions_total",
+        "Decisions about assistant turns: whether the editor's code is used (decision=editor) and whether the knowledge base is searched (decision=retrieve), by value and by the rule that made it"
+    );
+    describe_counter!(
         "assist_requests_total",
         "Requests answered, by route, model and HTTP status"
     );
@@ -154,6 +158,17 @@ impl UpstreamClock {
 }
 
 /// One pipeline stage's time.
+/// One decision about a turn (`editor`, `retrieve`): its value and the rule that made it.
+pub fn turn_decision(decision: &'static str, value: bool, rule: &'static str) {
+    metrics::counter!(
+        "assist_turn_decisions_total",
+        "decision" => decision,
+        "value" => if value { "yes" } else { "no" },
+        "rule" => rule
+    )
+    .increment(1);
+}
+
 pub fn stage(stage: &'static str, took: Duration) {
     metrics::histogram!("assist_pipeline_stage_seconds", "stage" => stage).record(took);
 }

@@ -42,10 +42,12 @@ pub struct EditorContext {
 }
 
 impl EditorContext {
-    /// Whether there is any editor code a question could refer to.
+    /// Whether there is any editor code a question could refer to (extra context counts:
+    /// a client may send the code, or the error, only there).
     pub fn has_code(&self) -> bool {
         !self.selected_text.trim().is_empty()
             || !self.editor_content.trim().is_empty()
+            || !self.extra_context.trim().is_empty()
             || !self.items.is_empty()
     }
 

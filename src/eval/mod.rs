@@ -1,4 +1,6 @@
-//! Evaluation: how well retrieval and answers do on labelled datasets.
+//! Evaluation: how well retrieval, answers and the understanding of IDE turns do on
+//! labelled datasets.
 
 pub mod answers;
 pub mod retrieval;
+pub mod turns;

@@ -2,7 +2,7 @@
 //! `CONVERSATIONAL`) and whether it refers to the code in the editor.
 //!
 //! Two implementations of [`Classifier`]: `RulesClassifier` needs no model call (English
-//! and Spanish patterns); `LlmClassifier` asks the upstream model for two words
+//! and Spanish rules of `understand`); `LlmClassifier` asks the upstream model for two words
 //! (`RETRIEVAL EDITOR`, …), parses them strictly and falls back to the rules on a timeout,
 //! an error or any other answer. The flag reported is "the words refer to the editor"; the
 //! pipeline sets EDITOR only when that holds *and* there is editor code to refer to.
@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::context::EditorContext;
 use crate::llm::{self, ChatModel, GenParams, Message, Role, UpstreamRequest};
 use crate::pipeline::prompts::render;
+use crate::pipeline::understand;
 
 /// The three kinds of turn the reference distinguishes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -58,15 +60,18 @@ pub struct ClassifyInput<'a> {
     pub query: &'a str,
     /// The conversation before it (oldest first).
     pub history: &'a [Message],
-    /// The editor selection, possibly empty.
-    pub selection: &'a str,
+    /// What the editor shows: the selection, the open file, extra context, items.
+    pub editor: &'a EditorContext,
 }
 
-/// A classification and what made it (`rules`, `llm`, or `rules-fallback`).
+/// A classification and what made it (`rules`, `llm`, or `rules-fallback`), with the
+/// rules behind the editor decision and the route (for the log and the metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decision {
     pub classification: Classification,
     pub by: &'static str,
+    pub editor_rule: &'static str,
+    pub route_rule: &'static str,
 }
 
 impl Decision {
@@ -80,93 +85,6 @@ impl Decision {
 pub trait Classifier: Send + Sync {
     async fn classify(&self, input: &ClassifyInput<'_>) -> Decision;
 }
-
-/// Words that point at code the user is looking at.
-const EDITOR_REFERENCES: &[&str] = &[
-    "this code",
-    "this function",
-    "this method",
-    "this class",
-    "this file",
-    "this snippet",
-    "this block",
-    "this line",
-    "this loop",
-    "this query",
-    "this endpoint",
-    "this test",
-    "this script",
-    "this module",
-    "this struct",
-    "this error",
-    "this bug",
-    "selected code",
-    "the selection",
-    "selected text",
-    "the code above",
-    "the code below",
-    "my code",
-    "fix this",
-    "explain this",
-    "refactor this",
-    "improve this",
-    "optimize this",
-    "what does this",
-    "what is this doing",
-    "why is this",
-    "why does this",
-    "is this correct",
-    "the error here",
-    "here?",
-    "in here",
-    "document this",
-    "test this",
-    "simplify this",
-    "este código",
-    "este codigo",
-    "esta función",
-    "esta funcion",
-    "este método",
-    "este metodo",
-    "esta clase",
-    "este archivo",
-    "este fichero",
-    "este bloque",
-    "esta línea",
-    "esta linea",
-    "este bucle",
-    "este endpoint",
-    "este test",
-    "este script",
-    "este módulo",
-    "este error",
-    "lo seleccionado",
-    "código seleccionado",
-    "codigo seleccionado",
-    "el texto seleccionado",
-    "mi código",
-    "mi codigo",
-    "qué hace esto",
-    "que hace esto",
-    "arregla esto",
-    "explica esto",
-    "explícame esto",
-    "explicame esto",
-    "mejora esto",
-    "cómo mejoro esto",
-    "como mejoro esto",
-    "refactoriza esto",
-    "optimiza esto",
-    "simplifica esto",
-    "documenta esto",
-    "corrige esto",
-    "por qué falla esto",
-    "por que falla esto",
-    "aquí?",
-    "aqui?",
-    "esto está bien",
-    "esto esta bien",
-];
 
 /// Requests to write or change code.
 const CODE_GENERATION: &[&str] = &[
@@ -243,86 +161,6 @@ const CODE_GENERATION: &[&str] = &[
     "pruebas unitarias para",
 ];
 
-/// Small talk and turns about the conversation itself.
-const CONVERSATIONAL: &[&str] = &[
-    "thanks",
-    "thank you",
-    "hello",
-    "hi ",
-    "hi!",
-    "hey",
-    "good morning",
-    "good afternoon",
-    "great",
-    "awesome",
-    "perfect",
-    "got it",
-    "ok",
-    "okay",
-    "cool",
-    "nice",
-    "you're welcome",
-    "who are you",
-    "what can you do",
-    "how are you",
-    "can you repeat",
-    "repeat that",
-    "say that again",
-    "explain that again",
-    "what did you mean",
-    "what do you mean by that",
-    "summarize your answer",
-    "summarize that",
-    "shorter please",
-    "make it shorter",
-    "in spanish please",
-    "in english please",
-    "your previous answer",
-    "your last answer",
-    "as you said",
-    "bye",
-    "goodbye",
-    "never mind",
-    "nevermind",
-    "gracias",
-    "muchas gracias",
-    "hola",
-    "buenos días",
-    "buenos dias",
-    "buenas tardes",
-    "vale",
-    "perfecto",
-    "genial",
-    "entendido",
-    "de acuerdo",
-    "quién eres",
-    "quien eres",
-    "qué puedes hacer",
-    "que puedes hacer",
-    "cómo estás",
-    "como estas",
-    "repite",
-    "repítelo",
-    "repitelo",
-    "no entendí",
-    "no entendi",
-    "qué quisiste decir",
-    "que quisiste decir",
-    "resume tu respuesta",
-    "resúmelo",
-    "resumelo",
-    "más corto",
-    "mas corto",
-    "en inglés por favor",
-    "en ingles por favor",
-    "tu respuesta anterior",
-    "lo que dijiste",
-    "adiós",
-    "adios",
-    "olvídalo",
-    "olvidalo",
-];
-
 fn normalize(query: &str) -> String {
     let mut q = query.trim().to_lowercase();
     q = q.trim_start_matches(['¿', '¡']).to_string();
@@ -344,38 +182,68 @@ fn matches_any(q: &str, patterns: &[&str]) -> bool {
     })
 }
 
-/// Classifies without a model call.
+/// Classifies without a model call (see `understand`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RulesClassifier;
 
 impl RulesClassifier {
+    /// The query type of a message, and whether its words point at code with a selection
+    /// at hand (what the labelled sets measure without editor content).
+    /// The query type of a message with no editor context, and whether its words point
+    /// at code (as they would at a file open in the editor, with no selection to give the
+    /// benefit of the doubt): what the labelled sets measure without editor content.
     pub fn classify(&self, query: &str) -> Classification {
-        let q = normalize(query);
-        let refers_to_editor = matches_any(&q, EDITOR_REFERENCES);
-        let words = q.split_whitespace().count();
-        let code = matches_any(&q, CODE_GENERATION);
-        // Small talk is short; a long message that says "thanks" usually asks something too.
-        let conversational = !code && words <= 8 && matches_any(&q, CONVERSATIONAL);
-        let query_type = if conversational {
-            QueryType::Conversational
-        } else if code {
-            QueryType::CodeGeneration
-        } else {
-            QueryType::Retrieval
+        let (c, _, _) = self.classify_turn(query, &EditorContext::default());
+        let open_file = EditorContext {
+            editor_content: "…".into(),
+            ..EditorContext::default()
         };
         Classification {
-            query_type,
-            refers_to_editor,
+            refers_to_editor: c.query_type != QueryType::Conversational
+                && understand::editor_reference(query, &open_file).yes,
+            ..c
         }
+    }
+
+    /// The classification of a message with this editor context, and the rules that
+    /// decided it: (editor rule, route rule).
+    pub fn classify_turn(
+        &self,
+        query: &str,
+        editor: &EditorContext,
+    ) -> (Classification, &'static str, &'static str) {
+        let editor_why = understand::editor_reference(query, editor);
+        if let Some(rule) = understand::conversation_only(query, editor) {
+            let c = Classification {
+                query_type: QueryType::Conversational,
+                refers_to_editor: false,
+            };
+            return (c, editor_why.rule, rule);
+        }
+        let q = normalize(query);
+        let (query_type, rule) = if matches_any(&q, CODE_GENERATION) {
+            (QueryType::CodeGeneration, "code-request")
+        } else {
+            (QueryType::Retrieval, "question")
+        };
+        let c = Classification {
+            query_type,
+            refers_to_editor: editor_why.yes,
+        };
+        (c, editor_why.rule, rule)
     }
 }
 
 #[async_trait]
 impl Classifier for RulesClassifier {
     async fn classify(&self, input: &ClassifyInput<'_>) -> Decision {
+        let (classification, editor_rule, route_rule) =
+            self.classify_turn(input.query, input.editor);
         Decision {
-            classification: RulesClassifier::classify(self, input.query),
+            classification,
             by: "rules",
+            editor_rule,
+            route_rule,
         }
     }
 }
@@ -397,12 +265,12 @@ impl LlmClassifier {
     fn prompt(&self, input: &ClassifyInput<'_>) -> String {
         let from = input.history.len().saturating_sub(self.history_messages);
         let history = format_history(&input.history[from..], 500);
-        let selection = if input.selection.trim().is_empty() {
+        let selection = if input.editor.selected_text.trim().is_empty() {
             String::new()
         } else {
             format!(
                 "<editor_selection>\n{}\n</editor_selection>\n",
-                truncate_chars(input.selection, SELECTION_CHARS)
+                truncate_chars(&input.editor.selected_text, SELECTION_CHARS)
             )
         };
         render(
@@ -435,6 +303,8 @@ impl Classifier for LlmClassifier {
                     return Decision {
                         classification,
                         by: "llm",
+                        editor_rule: "llm",
+                        route_rule: "llm",
                     }
                 }
                 None => format!("unparsable answer ({} chars)", text.len()),
@@ -443,9 +313,13 @@ impl Classifier for LlmClassifier {
             Err(_) => format!("no answer within {} ms", self.timeout.as_millis()),
         };
         tracing::warn!(reason = %reason, "classifier: falling back to the rules");
+        let (classification, editor_rule, route_rule) =
+            RulesClassifier.classify_turn(input.query, input.editor);
         Decision {
-            classification: RulesClassifier.classify(input.query),
+            classification,
             by: "rules-fallback",
+            editor_rule,
+            route_rule,
         }
     }
 }
@@ -516,6 +390,10 @@ mod tests {
         assert_eq!(
             c.classify("¡Gracias!").query_type,
             QueryType::Conversational
+        );
+        assert_eq!(
+            c.classify("ok, how do tokens expire?").query_type,
+            QueryType::Retrieval
         );
         assert!(c.classify("¿Qué hace esto?").refers_to_editor);
         assert!(!c.classify("¿Qué es un endpoint?").refers_to_editor);

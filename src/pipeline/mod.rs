@@ -10,6 +10,7 @@ pub mod assemble;
 pub mod classify;
 pub mod prompts;
 pub mod reformulate;
+pub mod understand;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -71,6 +72,19 @@ impl ChatTurn {
             editor,
         }
     }
+}
+
+/// What a turn means: its type, whether it is about the editor's code (and why), and,
+/// unless it is small talk, the search query and what it found.
+#[derive(Debug, Clone)]
+pub struct Understood {
+    pub query_type: QueryType,
+    pub use_editor: bool,
+    pub editor_rule: &'static str,
+    pub route_rule: &'static str,
+    /// `None`: no search (small talk).
+    pub search: Option<reformulate::Reformulation>,
+    pub hits: Vec<Scored>,
 }
 
 /// A knowledge chunk the answer was given, as clients receive it in `sources`.
@@ -361,14 +375,14 @@ impl Pipeline {
             .chain(messages.iter().take(messages.len().saturating_sub(1)))
             .cloned()
             .collect();
-        let (query_type, use_editor) = self.classify(&query, &conversation, &editor, &clock).await;
-        let hits = if query_type == QueryType::Conversational {
-            Vec::new()
-        } else {
-            let selection = use_editor.then_some(editor.selected_text.as_str());
-            self.retrieve(&query, query_type, &conversation, selection, &clock)
-                .await
-        };
+        let Understood {
+            query_type,
+            use_editor,
+            hits,
+            ..
+        } = self
+            .understand(&query, &conversation, &editor, &clock)
+            .await;
         // The window is the upstream's (asked once, then known), or less when the client
         // asks for less (Ollama's num_ctx); never more.
         let window = clock.time(self.window()).await;
@@ -510,22 +524,66 @@ impl Pipeline {
         Ok((held, history))
     }
 
+    /// What a turn means, as the assistant answers it: classify (the query's type, whether
+    /// it refers to the code in the editor), then, unless it is small talk, the search
+    /// query (from the conversation too) and what it finds. The same stages `eval turns`
+    /// measures.
+    pub async fn understand_turn(
+        &self,
+        query: &str,
+        conversation: &[Message],
+        editor: &EditorContext,
+    ) -> Understood {
+        self.understand(query, conversation, editor, &UpstreamClock::default())
+            .await
+    }
+
+    async fn understand(
+        &self,
+        query: &str,
+        conversation: &[Message],
+        editor: &EditorContext,
+        clock: &UpstreamClock,
+    ) -> Understood {
+        let decision = self.classify(query, conversation, editor, clock).await;
+        let query_type = decision.classification.query_type;
+        let use_editor = decision.classification.refers_to_editor && editor.has_code();
+        let (search, hits) = if query_type == QueryType::Conversational {
+            (None, Vec::new())
+        } else {
+            let selection = use_editor.then_some(editor.selected_text.as_str());
+            let (search, hits) = self
+                .retrieve(query, query_type, conversation, selection, clock)
+                .await;
+            (Some(search), hits)
+        };
+        Understood {
+            query_type,
+            use_editor,
+            editor_rule: decision.editor_rule,
+            route_rule: decision.route_rule,
+            search,
+            hits,
+        }
+    }
+
     /// Classify: the query's type, and whether it refers to the code in the editor
-    /// (only when there is code to refer to).
+    /// (only when there is code to refer to). The log line says the decisions and the
+    /// rules that made them; `assist_turn_decisions_total` counts them.
     async fn classify(
         &self,
         query: &str,
         conversation: &[Message],
         editor: &EditorContext,
         clock: &UpstreamClock,
-    ) -> (QueryType, bool) {
+    ) -> classify::Decision {
         let t = Instant::now();
         let decision = self
             .classifier
             .classify(&ClassifyInput {
                 query,
                 history: conversation,
-                selection: &editor.selected_text,
+                editor,
             })
             .await;
         if decision.asked_model() {
@@ -534,20 +592,25 @@ impl Pipeline {
         telemetry::stage("classify", t.elapsed());
         let query_type = decision.classification.query_type;
         let use_editor = decision.classification.refers_to_editor && editor.has_code();
+        let retrieve = query_type != QueryType::Conversational;
+        telemetry::turn_decision("editor", use_editor, decision.editor_rule);
+        telemetry::turn_decision("retrieve", retrieve, decision.route_rule);
         tracing::info!(
             stage = "classify",
             ms = ms(t),
             query_type = query_type.as_str(),
             editor = if use_editor { "EDITOR" } else { "NO_EDITOR" },
-            refers_to_editor = decision.classification.refers_to_editor,
+            editor_rule = decision.editor_rule,
+            retrieve,
+            route_rule = decision.route_rule,
             by = decision.by,
             "stage"
         );
-        (query_type, use_editor)
+        decision
     }
 
-    /// Reformulate, then retrieve: the knowledge chunks for the search query; none (and
-    /// a warning) when retrieval fails.
+    /// Reformulate, then retrieve: the search query and the knowledge chunks it finds;
+    /// none (and a warning) when retrieval fails.
     async fn retrieve(
         &self,
         query: &str,
@@ -555,7 +618,7 @@ impl Pipeline {
         conversation: &[Message],
         selection: Option<&str>,
         clock: &UpstreamClock,
-    ) -> Vec<Scored> {
+    ) -> (reformulate::Reformulation, Vec<Scored>) {
         let t = Instant::now();
         let search = self
             .reformulator
@@ -577,7 +640,7 @@ impl Pipeline {
         let t = Instant::now();
         let found = self.retriever.find(&search.query).await;
         telemetry::stage("retrieve", t.elapsed());
-        match found {
+        let hits = match found {
             Ok(found) => {
                 tracing::info!(
                     stage = "retrieve",
@@ -594,7 +657,8 @@ impl Pipeline {
                 tracing::warn!(stage = "retrieve", ms = ms(t), error = %e, "retrieval failed: answering without knowledge");
                 Vec::new()
             }
-        }
+        };
+        (search, hits)
     }
 
     /// Assemble: the messages the upstream model gets, within its window, measured with

@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::llm::{self, ChatModel, GenParams, Message, UpstreamRequest};
 use crate::pipeline::classify::{format_history, truncate_chars, QueryType};
 use crate::pipeline::prompts::render;
+use crate::pipeline::understand;
 use crate::retrieval::Lang;
 
 pub enum Reformulator {
@@ -66,7 +67,7 @@ impl Reformulator {
             return as_asked(query);
         }
         match self {
-            Reformulator::Off => without_model(query, selection),
+            Reformulator::Off => without_model(query, history, selection),
             Reformulator::Llm(model) => {
                 match model.rewrite(query, query_type, history, selection).await {
                     Ok(rewritten) => Reformulation {
@@ -78,7 +79,7 @@ impl Reformulator {
                         tracing::warn!(reason = %reason, "reformulate: the model's rewrite is not used");
                         Reformulation {
                             by: "fallback",
-                            ..without_model(query, selection)
+                            ..without_model(query, history, selection)
                         }
                     }
                 }
@@ -87,15 +88,25 @@ impl Reformulator {
     }
 }
 
-/// The message as asked, anchored on the selection's identifiers when there is one.
-fn without_model(query: &str, selection: Option<&str>) -> Reformulation {
+/// The message as asked; a follow-up that does not carry its subject with the earlier
+/// messages that do (`understand::follow_up_query`); anchored on the selection's
+/// identifiers when there is one.
+fn without_model(query: &str, history: &[Message], selection: Option<&str>) -> Reformulation {
+    let (text, by) = match understand::follow_up_query(query, history) {
+        Some(with_history) => (with_history, "history"),
+        None => (query.to_string(), "as-asked"),
+    };
     match selection {
         Some(code) => Reformulation {
-            query: anchor_on_identifiers(query, code),
+            query: anchor_on_identifiers(&text, code),
             anchored: true,
             by: "anchored",
         },
-        None => as_asked(query),
+        None => Reformulation {
+            query: text,
+            anchored: false,
+            by,
+        },
     }
 }
 

@@ -111,7 +111,8 @@ async fn scenario_1_question_about_the_selected_code() {
 async fn scenario_2_question_about_the_open_file() {
     let up = ScriptedUpstream::start().await;
     let gw = Gateway::with_knowledge(&up, Provider::Openai, |_| {}).await;
-    let mut body = question("What HTTP status codes can this function return?");
+    // PRD-0002, scenario 2, verbatim.
+    let mut body = question("what HTTP status codes can this return?");
     body["user"] = json!(user_field("", OPEN_FILE));
     ask(&gw, body).await;
     let system = system_prompt(&up.last_request());
@@ -235,13 +236,13 @@ async fn llm_classifier_decides_and_falls_back_to_rules_on_garbage() {
     // The model says the message is about the editor even though the rules would not.
     up.push(Reply::tokens(&["CODE_GENERATION", " EDITOR"]));
     up.push(Reply::tokens(&["done"]));
-    let mut body = question("add a retry around the lookup");
+    let mut body = question("write a function that retries a lookup");
     body["user"] = json!(user_field(SELECTION, OPEN_FILE));
     ask(&gw, body.clone()).await;
     let requests = up.requests();
     let classify_prompt = &upstream_messages(&requests[requests.len() - 2])[0].1;
     assert!(classify_prompt.contains("<editor_selection>"));
-    assert!(classify_prompt.contains("Latest message: add a retry around the lookup"));
+    assert!(classify_prompt.contains("Latest message: write a function that retries a lookup"));
     let generation = system_prompt(&requests[requests.len() - 1]);
     assert!(
         generation.contains(SELECTION),

@@ -43,5 +43,6 @@ mod real_model;
 mod real_window;
 mod security;
 mod tool_call_streams;
+mod understanding;
 mod whole_answers;
 mod window;
