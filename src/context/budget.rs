@@ -125,6 +125,8 @@ const MIN_USEFUL_TOKENS: usize = 48;
 #[derive(Debug)]
 pub struct Fitted {
     pub text: String,
+    /// The text of each section kept, by tag, in order (`text` is their concatenation).
+    pub parts: Vec<(&'static str, String)>,
     /// What was kept of each section.
     pub reports: Vec<SectionReport>,
     /// The text's estimate: what the sections kept were measured at (at least what
@@ -135,6 +137,7 @@ pub struct Fitted {
 /// The sections rendered within `budget` tokens, and what was kept of each.
 pub fn fit(sections: &[Section], budget: usize, estimate: &Estimator) -> Fitted {
     let mut out = String::new();
+    let mut parts = Vec::new();
     let mut reports = Vec::new();
     let mut left = budget;
     for section in sections.iter().filter(|s| !s.entries.is_empty()) {
@@ -148,7 +151,9 @@ pub fn fit(sections: &[Section], budget: usize, estimate: &Estimator) -> Fitted 
         let whole_tokens = estimate.scaled(whole_estimate(section, &bodies));
         if whole_tokens <= left {
             left -= whole_tokens;
-            out.push_str(&render(section, None));
+            let rendered = render(section, None);
+            out.push_str(&rendered);
+            parts.push((section.tag, rendered));
             reports.push(SectionReport {
                 tag: section.tag,
                 chars,
@@ -193,6 +198,7 @@ pub fn fit(sections: &[Section], budget: usize, estimate: &Estimator) -> Fitted 
         let kept_chars = (chars as f64 * ratio) as usize;
         left -= cut_tokens;
         out.push_str(&cut);
+        parts.push((section.tag, cut));
         reports.push(SectionReport {
             tag: section.tag,
             chars,
@@ -202,6 +208,7 @@ pub fn fit(sections: &[Section], budget: usize, estimate: &Estimator) -> Fitted 
     }
     Fitted {
         text: out,
+        parts,
         reports,
         tokens: budget - left,
     }

@@ -3,7 +3,9 @@
 //! One system message: the system prompt, the instructions for the kind of question, and
 //! the context sections in priority order (selected code, open file, retrieved knowledge,
 //! extra context), fitted to what the window leaves once the answer, the question and the
-//! conversation are accounted for. Then the conversation, then the client's messages.
+//! conversation are accounted for; the selected code, as fitted, goes at the start of the
+//! last user message instead, beside the question about it. Then the conversation, then
+//! the client's messages.
 //! Editor code (selection, open file, extra context) is included only when the question is
 //! about it; items the user attached explicitly (`additional_context`) always are.
 
@@ -98,15 +100,42 @@ pub fn assemble(req: Request<'_>) -> Assembled {
     // the same rule, without measuring the long system message again.
     let mut estimated_tokens = fixed - req.answer_tokens + history_tokens;
     if !context.text.is_empty() {
-        system.push_str("\n\n");
-        system.push_str(context.text.trim_end());
         estimated_tokens += est.tokens("\n\n") + context.tokens;
+    }
+    // The code the user selected goes with the question it is about, at the start of the
+    // last user message (small models answered about the knowledge instead when it was in
+    // the system message); the rest of the context stays in the system message.
+    let mut selected = String::new();
+    let mut rest = String::new();
+    for (tag, text) in &context.parts {
+        if *tag == "selected_code" {
+            selected.push_str(text);
+        } else {
+            rest.push_str(text);
+        }
+    }
+    if !rest.trim().is_empty() {
+        system.push_str("\n\n");
+        system.push_str(rest.trim_end());
     }
     let can_shrink = !context.text.is_empty() || !history.is_empty();
     let mut messages = Vec::with_capacity(1 + history.len() + req.messages.len());
     messages.push(Message::text(Role::System, system));
     messages.extend(history);
-    messages.extend(req.messages);
+    let mut client = req.messages;
+    if !selected.is_empty() {
+        match client.iter_mut().rev().find(|m| m.role == Role::User) {
+            Some(last) => {
+                last.content = format!("{}\n\n{}", selected.trim_end(), last.content);
+            }
+            // No user message to go with: the system message keeps it.
+            None => {
+                messages[0].content.push_str("\n\n");
+                messages[0].content.push_str(selected.trim_end());
+            }
+        }
+    }
+    messages.extend(client);
     Assembled {
         messages,
         sections: context.reports,
@@ -247,9 +276,16 @@ mod tests {
         let with = assemble(request(&prompts, &ed, true, QueryType::Retrieval));
         let system = &with.messages[0].content;
         let at = |s: &str| system.find(s).unwrap_or_else(|| panic!("{s} missing"));
-        assert!(at("<selected_code>") < at("<open_file>"));
         assert!(at("<open_file>") < at("<extra_context>"));
-        assert!(system.contains("try { call() }") && system.contains("fn whole_file() {}"));
+        assert!(system.contains("fn whole_file() {}"));
+        // The selection goes with the question it is about.
+        let question = &with.messages.last().unwrap().content;
+        assert!(
+            question.starts_with("<selected_code>\ntry { call() }"),
+            "{question}"
+        );
+        assert!(question.ends_with("</selected_code>\n\nwhy is this not catching?"));
+        assert!(!system.contains("try { call() }"));
         let without = assemble(request(&prompts, &ed, false, QueryType::Retrieval));
         let system = &without.messages[0].content;
         assert!(!system.contains("try { call() }") && !system.contains("whole_file"));

@@ -100,6 +100,7 @@ const SMALL_TALK: &[&str] = &[
     "tomorrow", "manana", "tonight", "soon", "weekend", "nos", "vemos", "catch", "cya", "ttyl", "gn", "gm", "lifesaver", "legend", "hero", "genius", "champ", "star", "king", "queen", "saved", "saviour", "savior", "godsend", "wait", "hold", "on", "um", "umm", "er", "erm", "ohh", "oof", "ooh", "yay", "woo", "woohoo", "hurray", "coolio", "tks", "thnx", "thanx", "thks", "ta", "danke", "grazie", "obrigado", "lmao", "lmfao", "rofl", "xd", "xdd", "jeje", "jiji", "jajajaja", "hahaha", "hehe", "buenisimo", "buenisima", "genialisimo", "increible", "brutal", "maquina", "grande", "fenomeno", "idolo", "capo", "jefe", "maestro", "figura", "maximo", "top", "mola", "molo", "mola", "chulo", "chula", "graciass", "totales", "vaaale", "thankyou", "appreciated", "appreciated", "kudos", "props", "respect", "have", "day", "weekend", "take", "care", "luck", "cuidate", "suerte", "feliz", "dia", "noche", "buen", "finde", "abrazo", "besos",
     "esta", "está", "estoy", "eran", "ser", "hoy", "days", "call", "calling", "gonna", "wanna", "gotta", "paciencia", "patience", "time", "tiempo", "rato", "todos", "terminado", "acabado", "finished", "finally", "porfa", "plis", "pliss", "please", "pls",
     "sorry", "apologies", "bad", "oops", "whoops", "perdona", "perdon", "disculpa", "disculpas", "siento", "culpa", "mea", "salvaste", "salvado", "horas", "hours", "🙏",
+    "wild", "crazy", "damn", "omg", "interesting", "interesante", "curioso", "loco", "locura",
 ];
 
 /// Whether the whole message is small talk or about the conversation (no search), with
@@ -114,7 +115,11 @@ pub fn conversation_only(message: &str, editor: &EditorContext) -> Option<&'stat
             "respuesta",
             "reply",
             "said",
+            "told",
+            "tell me",
+            "you say",
             "dijiste",
+            "dicho",
             "last part",
             "lo ultimo",
             "that again",
@@ -186,6 +191,8 @@ const ABOUT_THE_CONVERSATION: &[&str] = &[
     "que puedes hacer", "como estas", "eres un bot",
     "de otra forma", "de otra manera", "de otro modo", "otra forma", "otra manera", "dilo", "dimelo", "say it", "explain it differently", "explain that differently", "in plain", "in simpler terms", "mas claro", "mas sencillo", "mas simple", "i'm confused", "im confused", "i am confused", "estoy perdido", "no lo pillo", "no lo capto", "what do you mean", "what did you say", "que dijiste", "como dices", "huh",
     "like i'm five", "like im five", "like i am five", "como si tuviera cinco", "explain like",
+    "i asked you", "asked you", "did i ask", "te pregunte", "te he preguntado", "le pregunte", "last answer", "bullet points", "en una frase", "in one sentence", "in a sentence", "shorter version",
+    "what did you tell me", "what did you say", "what you told me", "tell me before", "told me before", "que me dijiste", "lo que me dijiste", "que me has dicho",
 ];
 
 /// Words a message about the conversation may carry besides its phrase.
@@ -206,6 +213,8 @@ const CONVERSATION_WORDS: &[&str] = &[
     "wait", "hold", "um", "hmm", "oh", "dilo", "decirmelo", "explicarlo", "explicarmelo", "forma", "manera", "modo", "saying", "meaning", "clarify", "clarification", "confused", "lost", "follow", "huh", "eh", "como", "otro", "differently", "different", "plainer", "plain", "terms", "clearer", "clear",
     "podes", "podria", "nada", "entendi", "entendiste", "repetirlo",
     "contestarme", "responderme", "contestar", "responder", "adelante", "like", "five", "cinco", "anos", "years", "old", "nino",
+    "give", "versions", "put", "bullet", "bullets", "points", "list", "format", "formato", "asked", "ask", "first", "thing", "things", "today", "hoy", "oracion", "lista", "puntos", "vinetas", "was", "were",
+    "tell", "told", "before", "antes", "dicho", "dijiste", "has", "me",
 ];
 
 /// Whether the whole message is small talk or about the conversation itself (no search
@@ -260,6 +269,7 @@ const ANCHORS: &[&str] = &[
     "excelente", "crack", "estupendo", "vale", "listo", "done", "todo", "hoy", "cheers",
     "grande", "maquina", "idolo", "buenas", "noches", "finde", "weekend", "ciao",
     "sorry", "apologies", "apologize", "bad", "oops", "whoops", "perdona", "perdon", "disculpa", "disculpas", "siento", "culpa", "saved", "salvaste", "salvado", "salvada", "hours", "horas",
+    "lol", "lmao", "haha", "jaja", "jajaja", "wow", "damn", "crazy", "wild", "interesting", "interesante", "curioso", "loco", "locura", "omg",
 ];
 
 fn thanks_or_goodbye(message: &str, words: &[String]) -> bool {
@@ -302,6 +312,7 @@ const ABOUT_ANSWERS: &[&str] = &[
     "resumelo", "resumir", "acorta", "acortalo", "traduce", "traducelo", "traduci", "dilo",
     "dimelo", "decimelo", "reformula", "reformulalo", "aclara", "aclaralo",
     "eli5", "contestarme", "responderme", "contesta", "responde", "answer", "reply",
+    "resumemelo", "resumime", "simplify", "simplifica", "simplificalo", "version",
 ];
 
 /// "repeat the last part", "too long, summarize", "resúmelo en una línea", "from now on
@@ -554,6 +565,7 @@ const OWN_SUBJECT: &[&str] = &[
     "ejemplo de",
     "what's the", "whats the", "what's a", "what's an", "how are", "how is", "is there", "que diferencia", "en que", "para que sirve", "por donde",
     "con que", "what command", "which flag", "what flag", "que comando", "cual comando", "que opcion", "que flag", "what option", "which option",
+    "does the", "do the", "can the", "is the", "are the", "will the", "does a", "can a", "is a", "are there any", "hace el", "puede el", "tiene el", "soporta", "is brisa",
 ];
 
 /// Whether the message refers to the code in the editor, and by which rule. Needs code to
@@ -571,6 +583,9 @@ pub fn editor_reference(message: &str, editor: &EditorContext) -> Why {
     let words = words_of(message);
     let folded: Vec<String> = words.iter().map(|w| fold(w)).collect();
     let text = fold(message);
+    if UNRELATED.iter().any(|p| text.contains(p)) {
+        return no("says-unrelated");
+    }
     let pointed = points_at_code(&words, &folded, &text);
     if let Some(rule) = pointed.filter(|r| *r != "code-by-kind") {
         return yes(rule);
@@ -584,7 +599,10 @@ pub fn editor_reference(message: &str, editor: &EditorContext) -> Why {
     }
     // A request for new code, or how to do something of one's own, is its own subject
     // even when it names kinds of code ("hazme un middleware que loguee el método").
-    if NEW_CODE.iter().any(|o| starts_with_phrase(&text, o)) || asks_how_i_do(&folded) {
+    if NEW_CODE.iter().any(|o| starts_with_phrase(&text, o))
+        || HOW_DO_I.iter().any(|o| starts_with_phrase(&text, o))
+        || asks_how_i_do(&folded)
+    {
         return no("own-subject");
     }
     if pointed.is_some() && !mentions_the_language(&folded) {
@@ -596,6 +614,7 @@ pub fn editor_reference(message: &str, editor: &EditorContext) -> Why {
     if OWN_SUBJECT.iter().any(|o| starts_with_phrase(&text, o))
         || asks_which_thing(&folded)
         || mentions_the_language(&folded)
+        || names_a_thing_of_its_own(&folded)
     {
         return no("own-subject");
     }
@@ -655,6 +674,8 @@ fn asks_how_i_do(folded: &[String]) -> bool {
     folded.iter().skip(start + 1).take(3).any(|verb| {
         verb.len() >= 3
             && verb.ends_with('o')
+            // Not a gerund or a participle ("procesando", "configurado").
+            && !["ando", "iendo", "ado", "ido"].iter().any(|e| verb.ends_with(e))
             && !POINTERS.contains(&verb.as_str())
             && !CODE_NOUNS.contains(&verb.as_str())
             && !matches!(
@@ -712,6 +733,37 @@ fn editor_code(editor: &EditorContext) -> String {
 fn mentions_the_language(folded: &[String]) -> bool {
     folded.iter().any(|w| w == "brisa")
 }
+
+/// Asking how to do something of one's own, with no pointer at the code.
+const HOW_DO_I: &[&str] = &[
+    "how do i",
+    "how can i",
+    "how should i",
+    "how would i",
+    "how to",
+    "como hago",
+    "como puedo",
+    "como se hace",
+];
+
+/// What a message says when it is not about the code at hand.
+const UNRELATED: &[&str] = &[
+    "unrelated to this",
+    "unrelated to the code",
+    "not about this",
+    "not related to this",
+    "different question",
+    "other question",
+    "another question",
+    "nada que ver con esto",
+    "nada que ver con el codigo",
+    "no tiene que ver con esto",
+    "aparte de esto",
+    "otra pregunta",
+    "otra cosa",
+    "cambiando de tema",
+    "off topic",
+];
 
 /// Openings of a request for new code (with an object of its own).
 #[rustfmt::skip]
@@ -950,8 +1002,12 @@ fn points_at_code(words: &[String], folded: &[String], text: &str) -> Option<&'s
                 return Some("pointer");
             }
             "that" => {}
-            // "does it work on windows?" after naming Brisa: "it" is the language.
-            "it" | "its" | "they" | "them" | "their" if folded.iter().any(|f| f == "brisa") => {}
+            // A pronoun after something it can stand for points at that, not at the code:
+            // "is there a native windows runtime or is it wsl only", "qué licencia tiene
+            // brisa? lo quiero usar …".
+            "it" | "its" | "it's" | "they" | "them" | "their" | "lo" | "la" | "le"
+                if folded[..i].iter().any(|f| names_a_thing(f))
+                    && !folded.iter().any(|f| CODE_NOUNS.contains(&f.as_str())) => {}
             w if POINTERS.contains(&w) => return Some("pointer"),
             _ => {}
         }
@@ -973,13 +1029,26 @@ fn points_at_code(words: &[String], folded: &[String], text: &str) -> Option<&'s
         if DEFINITE.contains(&f.as_str()) && next.is_some_and(|n| CODE_NOUNS.contains(&n)) {
             // "the server port" is not code; "the handler", "la migración" are; "the match
             // statement", "el bloque always" name a construct of the language.
-            let named = folded.get(i + 2).is_some_and(|a| {
-                let a = a.as_str();
-                !(FILLER.contains(&a)
-                    || ABOUT_CODE.contains(&a)
-                    || POINTERS.contains(&a)
-                    || CODE_NOUNS.contains(&a))
+            let construct = next.is_some_and(|n| {
+                matches!(
+                    n,
+                    "block"
+                        | "statement"
+                        | "keyword"
+                        | "operator"
+                        | "clause"
+                        | "bloque"
+                        | "sentencia"
+                        | "clausula"
+                        | "operador"
+                        | "palabra"
+                )
             });
+            let named = construct
+                && folded.get(i + 2).is_some_and(|a| {
+                    let a = a.as_str();
+                    !(FILLER.contains(&a) || ABOUT_CODE.contains(&a) || POINTERS.contains(&a))
+                });
             if !named {
                 return Some("code-by-kind");
             }
@@ -991,12 +1060,62 @@ fn points_at_code(words: &[String], folded: &[String], text: &str) -> Option<&'s
     None
 }
 
+/// "… un canal de búfer cero", "… a circular import": an indefinite article before a word
+/// of its own: the message is about that kind of thing, not the code at hand.
+fn names_a_thing_of_its_own(folded: &[String]) -> bool {
+    folded.windows(2).any(|w| {
+        matches!(w[0].as_str(), "a" | "an" | "un" | "una" | "unos" | "unas")
+            && names_a_thing(&w[1])
+            && !CODE_NOUNS.contains(&w[1].as_str())
+    })
+}
+
+/// A word that names a thing of its own (a pronoun after it may stand for it).
+fn names_a_thing(w: &str) -> bool {
+    w.len() >= 4
+        && !FILLER.contains(&w)
+        && !SMALL_TALK.contains(&w)
+        && !ABOUT_CODE.contains(&w)
+        && !POINTERS.contains(&w)
+        && !CHANGING_VERBS.contains(&w)
+        && !CLITIC_VERBS.contains(&w)
+        && !matches!(
+            w,
+            "what"
+                | "does"
+                | "when"
+                | "where"
+                | "which"
+                | "como"
+                | "cuando"
+                | "donde"
+                | "puedo"
+                | "quiero"
+                | "need"
+                | "want"
+                | "know"
+                | "tell"
+                | "dime"
+                | "decime"
+                | "sabes"
+        )
+}
+
 /// Whether the message names an identifier of the code: a word that looks like one
 /// (camelCase, snake_case, a call) found in the code, or any word of five letters or more
 /// that the code uses as an identifier.
 fn names_an_identifier(message: &str, code: &str) -> bool {
     if code.trim().is_empty() {
         return false;
+    }
+    // Code quoted in backticks that the code holds: "what's the `?` doing in `row?[\"qty\"]`".
+    let quoted = message
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .any(|q| !q.trim().is_empty() && code.contains(q.trim()));
+    if quoted {
+        return true;
     }
     let words: std::collections::HashSet<&str> = code
         .split(|c: char| !(c.is_alphanumeric() || c == '_'))
@@ -1356,6 +1475,22 @@ mod tests {
             let why = editor_reference(message, &selected(CODE));
             assert!(!why.yes, "{message}: {why:?}");
         }
+    }
+
+    #[test]
+    fn asking_what_was_said_is_about_the_conversation_even_with_a_selection() {
+        for message in [
+            "and what did you tell me before that?",
+            "what did you say before?",
+            "¿qué me dijiste antes?",
+        ] {
+            assert!(
+                conversation_only(message, &selected(CODE)).is_some(),
+                "{message}"
+            );
+        }
+        // Without naming what was said, the same kind of request is about the code.
+        assert!(conversation_only("explain it differently", &selected(CODE)).is_none());
     }
 
     #[test]

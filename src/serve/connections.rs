@@ -206,7 +206,16 @@ struct Inner {
     started: Instant,
     next_id: AtomicU64,
     open: Mutex<HashMap<u64, Arc<Connection>>>,
+    /// Connections evicted whose socket is not closed yet (they still hold a file).
+    closing: AtomicUsize,
+    /// Told when an evicted connection has closed.
+    closed_one: Notify,
 }
+
+/// Evicted connections still closing beyond which no new connection is accepted until
+/// one has closed: under a flood of new connections, evictions must free their files
+/// faster than accepts take new ones.
+const CLOSING_AT_MOST: usize = 8;
 
 impl Inner {
     fn now(&self) -> u64 {
@@ -226,12 +235,18 @@ pub struct Admitted {
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        let mut open = self
-            .registry
-            .0
-            .open
+        let inner = &self.registry.0;
+        let evicted = *self
+            .connection
+            .reason
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
+            .unwrap_or_else(|e| e.into_inner())
+            == Some(Closed::Evicted);
+        if evicted {
+            inner.closing.fetch_sub(1, Ordering::AcqRel);
+            inner.closed_one.notify_waiters();
+        }
+        let mut open = inner.open.lock().unwrap_or_else(|e| e.into_inner());
         open.remove(&self.connection.id);
         metrics::gauge!("assist_connections_open").set(open.len() as f64);
     }
@@ -244,7 +259,45 @@ impl Registry {
             started: Instant::now(),
             next_id: AtomicU64::new(0),
             open: Mutex::default(),
+            closing: AtomicUsize::new(0),
+            closed_one: Notify::new(),
         }))
+    }
+
+    /// Waits while too many evicted connections are still closing (see `CLOSING_AT_MOST`).
+    pub async fn room(&self) {
+        loop {
+            let notified = self.0.closed_one.notified();
+            if self.0.closing.load(Ordering::Acquire) <= CLOSING_AT_MOST {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Evicts the connection idle longest (out of file descriptors: make room now);
+    /// whether there was one.
+    pub fn evict_idlest(&self) -> bool {
+        let mut open = self.0.open.lock().unwrap_or_else(|e| e.into_inner());
+        self.evict_locked(&mut open)
+    }
+
+    fn evict_locked(&self, open: &mut HashMap<u64, Arc<Connection>>) -> bool {
+        let oldest = open
+            .values()
+            .filter(|c| !c.busy() && c.reason.lock().is_ok_and(|r| r.is_none()))
+            .min_by_key(|c| c.idle_since.load(Ordering::Acquire))
+            .cloned();
+        match oldest {
+            Some(c) => {
+                // Out of the count at once: it is closing.
+                open.remove(&c.id);
+                self.0.closing.fetch_add(1, Ordering::AcqRel);
+                c.shut(Closed::Evicted);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Connections open now.
@@ -261,23 +314,9 @@ impl Registry {
     pub fn admit(&self) -> Option<Admitted> {
         let inner = &self.0;
         let mut open = inner.open.lock().unwrap_or_else(|e| e.into_inner());
-        if open.len() >= inner.limits.max {
-            let oldest = open
-                .values()
-                .filter(|c| !c.busy() && c.reason.lock().is_ok_and(|r| r.is_none()))
-                .min_by_key(|c| c.idle_since.load(Ordering::Acquire))
-                .cloned();
-            match oldest {
-                Some(c) => {
-                    // Out of the count at once: it is closing.
-                    open.remove(&c.id);
-                    c.shut(Closed::Evicted);
-                }
-                None => {
-                    metrics::counter!("assist_connections_refused_total").increment(1);
-                    return None;
-                }
-            }
+        if open.len() >= inner.limits.max && !self.evict_locked(&mut open) {
+            metrics::counter!("assist_connections_refused_total").increment(1);
+            return None;
         }
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let connection = Arc::new(Connection {

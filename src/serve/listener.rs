@@ -130,10 +130,13 @@ pub async fn run(
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (tcp, remote) = tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = async {
+                registry.room().await;
+                listener.accept().await
+            } => match accepted {
                 Ok(c) => c,
                 Err(e) => {
-                    accept_failed(e).await;
+                    accept_failed(e, &registry).await;
                     continue;
                 }
             },
@@ -169,9 +172,10 @@ pub async fn run(
     Ok(())
 }
 
-/// Per-connection accept errors are the client's; others (out of file descriptors) pass
-/// with time, so wait a little before accepting again.
-async fn accept_failed(e: io::Error) {
+/// Per-connection accept errors are the client's. Out of file descriptors, the
+/// connection idle longest is closed to make room; other errors pass with time, so wait a
+/// little before accepting again.
+async fn accept_failed(e: io::Error, registry: &Registry) {
     use io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
     if matches!(
         e.kind(),
@@ -179,7 +183,13 @@ async fn accept_failed(e: io::Error) {
     ) {
         return;
     }
-    tracing::error!(error = %e, "accepting a connection failed");
+    tracing::error!(error = %e, open = registry.len(), "accepting a connection failed");
+    let out_of_files = matches!(e.raw_os_error(), Some(23 | 24));
+    if out_of_files && registry.evict_idlest() {
+        registry.room().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        return;
+    }
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 

@@ -81,30 +81,30 @@ async fn scenario_1_question_about_the_selected_code() {
     );
 
     let system = system_prompt(&up.last_request());
-    let selected = system
-        .find("<selected_code>")
-        .expect("the selection reaches the model");
-    let open_file = system.find("<open_file>").expect("the open file too");
+    let open_file = system
+        .find("<open_file>")
+        .expect("the open file reaches the model");
     let extra = system
         .find("<extra_context>")
         .expect("and the extra context");
-    assert!(selected < open_file && open_file < extra, "priority order");
-    assert!(system.contains(SELECTION));
+    assert!(open_file < extra, "priority order");
     assert!(system.contains("async fn get_user"));
     assert!(system.contains("language: brisa"));
     // A question about the code is also searched: the knowledge follows the editor code.
     let knowledge = system.find("<knowledge>").expect("retrieved knowledge");
     assert!(open_file < knowledge && knowledge < extra);
     assert!(!source_files(&response).is_empty());
-    // The question itself is the last message, as the client sent it.
+    // The selection goes with the question, which ends the last message as the client
+    // sent it.
     let messages = upstream_messages(&up.last_request());
-    assert_eq!(
-        messages.last().unwrap(),
-        &(
-            "user".to_string(),
-            "why is this not catching my error?".to_string()
-        )
+    let (role, last) = messages.last().unwrap();
+    assert_eq!(role, "user");
+    assert!(
+        last.starts_with("<selected_code>\n") && last.contains(SELECTION),
+        "{last}"
     );
+    assert!(last.ends_with("</selected_code>\n\nwhy is this not catching my error?"));
+    assert!(!system.contains(SELECTION));
 }
 
 #[tokio::test]
@@ -116,7 +116,10 @@ async fn scenario_2_question_about_the_open_file() {
     body["user"] = json!(user_field("", OPEN_FILE));
     ask(&gw, body).await;
     let system = system_prompt(&up.last_request());
-    assert!(!system.contains("<selected_code>"), "nothing was selected");
+    assert!(
+        !prompt_text(&up.last_request()).contains("<selected_code>"),
+        "nothing was selected"
+    );
     assert!(system.contains("<open_file>\n") && system.contains("return status(200, user)"));
 }
 
@@ -127,7 +130,7 @@ async fn scenario_3_general_question_gets_knowledge_and_no_editor_code() {
     let mut body = question("How do I declare a path parameter for an endpoint?");
     body["user"] = json!(user_field(SELECTION, OPEN_FILE));
     let response = ask(&gw, body).await;
-    let system = system_prompt(&up.last_request());
+    let system = prompt_text(&up.last_request());
     assert!(!system.contains("<selected_code>") && !system.contains("<open_file>"));
     assert!(!system.contains("ormSelectOne(\"users\", {\"id\": id})"));
     assert!(
@@ -243,7 +246,7 @@ async fn llm_classifier_decides_and_falls_back_to_rules_on_garbage() {
     let classify_prompt = &upstream_messages(&requests[requests.len() - 2])[0].1;
     assert!(classify_prompt.contains("<editor_selection>"));
     assert!(classify_prompt.contains("Latest message: write a function that retries a lookup"));
-    let generation = system_prompt(&requests[requests.len() - 1]);
+    let generation = prompt_text(&requests[requests.len() - 1]);
     assert!(
         generation.contains(SELECTION),
         "EDITOR from the model puts the code in"
@@ -253,7 +256,7 @@ async fn llm_classifier_decides_and_falls_back_to_rules_on_garbage() {
     up.push(Reply::tokens(&["I think this is about code generation."]));
     up.push(Reply::tokens(&["done"]));
     ask(&gw, body).await;
-    let generation = system_prompt(&up.last_request());
+    let generation = prompt_text(&up.last_request());
     assert!(!generation.contains(SELECTION));
     assert!(generation.contains("Write the code the user asks for"));
 }
@@ -279,8 +282,7 @@ async fn plain_absent_and_malformed_user_fields_answer_without_editor_context() 
             response["choices"][0]["message"]["content"],
             "Hello from upstream"
         );
-        let system = system_prompt(&up.last_request());
-        let has_selection = system.contains("<selected_code>");
+        let has_selection = prompt_text(&up.last_request()).contains("<selected_code>");
         // Only the lenient object form carries a readable selection.
         assert_eq!(has_selection, user.is_object(), "user = {user}");
     }
@@ -302,8 +304,9 @@ async fn a_tiny_window_cuts_context_proportionally_and_keeps_headers() {
     // Ollama is told the window the prompt was fitted to.
     assert_eq!(request.body["options"]["num_ctx"], 900);
     let system = system_prompt(&request);
-    assert!(system.contains("<selected_code>") && system.contains("</selected_code>"));
-    assert!(system.contains("characters cut to fit the context window"));
+    let whole = prompt_text(&request);
+    assert!(whole.contains("<selected_code>") && whole.contains("</selected_code>"));
+    assert!(whole.contains("characters cut to fit the context window"));
     assert!(
         system.starts_with("You are Brunix"),
         "the system prompt is never cut"
@@ -520,7 +523,7 @@ async fn ollama_requests_carry_session_id_and_editor_context_too() {
         "messages": [{"role": "user", "content": "¿qué hace esto?"}]});
     let (status, _, text) = post(&gw.url("/api/chat"), body).await;
     assert_eq!(status, 200, "{text}");
-    assert!(system_prompt(&up.last_request()).contains(SELECTION));
+    assert!(prompt_text(&up.last_request()).contains(SELECTION));
     let body = json!({"model": "brunix", "stream": false, "session_id": "o-1",
         "messages": [{"role": "user", "content": "gracias"}]});
     post(&gw.url("/api/chat"), body).await;

@@ -349,7 +349,7 @@ async fn editor_context_reaches_the_prompt_only_when_the_question_is_about_it() 
     };
     let messages = ask_whole(&mut c, req.clone()).await.unwrap();
     assert!(messages[0].is_final);
-    let system = system_prompt(&up.last_request());
+    let system = prompt_text(&up.last_request());
     assert!(system.contains("<selected_code>") && system.contains("ormDirect("));
     assert!(system.contains("file: handler.avap"));
 
@@ -360,7 +360,7 @@ async fn editor_context_reaches_the_prompt_only_when_the_question_is_about_it() 
         ..req.clone()
     };
     ask_whole(&mut c, other).await.unwrap();
-    let system = system_prompt(&up.last_request());
+    let system = prompt_text(&up.last_request());
     assert!(!system.contains("<selected_code>") && !system.contains("ormDirect("));
 
     // Malformed base64, text that is not base64 at all, base64 of bytes that are not
@@ -376,7 +376,7 @@ async fn editor_context_reaches_the_prompt_only_when_the_question_is_about_it() 
         };
         let messages = ask_whole(&mut c, req).await.expect("never an error");
         assert!(messages[0].is_final && !messages[0].text.starts_with("[ENG]"));
-        let system = system_prompt(&up.last_request());
+        let system = prompt_text(&up.last_request());
         assert!(!system.contains("<selected_code>"), "{bad}: {system}");
     }
     // URL-safe and unpadded base64 are read too.

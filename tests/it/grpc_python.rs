@@ -90,7 +90,7 @@ async fn the_reference_python_grpc_client_runs_its_examples() {
         // The editor-context example: the selected block and the extra context reached
         // the system prompt.
         let editor = asked_with(&chats, "why is this not catching the error?");
-        let system = editor.body["messages"][0]["content"].as_str().unwrap_or("");
+        let system = prompt_text(editor);
         assert!(
             system.contains("<selected_code>")
                 && system.contains("ormDirect(\"UPDATE users SET active=1\", res)"),
@@ -123,14 +123,19 @@ async fn the_reference_python_grpc_client_runs_its_examples() {
     }
 }
 
+/// The question of the last user message (the selected code, when the gateway put it
+/// there, set aside).
 fn last_user_message(r: &Recorded) -> String {
     let messages = r.body["messages"].as_array().cloned().unwrap_or_default();
-    messages
+    let text = messages
         .iter()
         .rev()
         .find(|m| m["role"] == "user")
         .and_then(|m| m["content"].as_str())
-        .unwrap_or("")
+        .unwrap_or("");
+    text.split_once("</selected_code>\n\n")
+        .filter(|_| text.starts_with("<selected_code>"))
+        .map_or(text, |(_, question)| question)
         .to_string()
 }
 

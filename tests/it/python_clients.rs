@@ -61,11 +61,7 @@ async fn openai_python_client_and_curl_with_editor_context_and_memory() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{stdout}\n{stderr}");
         let requests = up.requests();
-        let first = &requests[requests.len() - 3].body["messages"];
-        assert!(first[0]["content"]
-            .as_str()
-            .unwrap()
-            .contains("catch (e: NotFound)"));
+        assert!(prompt_text(&requests[requests.len() - 3]).contains("catch (e: NotFound)"));
         let third = &requests[requests.len() - 1].body["messages"];
         let contents: Vec<&str> = third.as_array().unwrap()[1..]
             .iter()
@@ -111,9 +107,6 @@ async fn openai_python_client_and_curl_with_editor_context_and_memory() {
         "{text}"
     );
     assert!(text.contains("\"sources\":["));
-    let sent = up.last_request().body["messages"][0]["content"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let sent = prompt_text(&up.last_request());
     assert!(sent.contains("<selected_code>\nlet port = env(\"BRISA_PORT\")"));
 }
