@@ -250,6 +250,7 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
             passthrough: a.passthrough,
             prompts,
             context_tokens: a.context_tokens,
+            context_policy: settings.context.policy(a.editor_context),
             answer_reserve_tokens: a.answer_reserve_tokens,
             cite_sources: a.cite_sources,
             send_num_ctx: settings.llm.provider == Provider::Ollama,

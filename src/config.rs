@@ -23,6 +23,7 @@ pub struct Settings {
     pub grpc: GrpcSettings,
     pub log: LogSettings,
     pub assistant: AssistantSettings,
+    pub context: ContextSettings,
     pub classifier: ClassifierSettings,
     pub reformulator: ReformulatorSettings,
     pub sessions: SessionSettings,
@@ -121,6 +122,23 @@ pub struct AssistantSettings {
     pub context_tokens: u32,
     pub answer_reserve_tokens: u32,
     pub cite_sources: bool,
+    /// false: the editor's context (selection, open file, extra context, items,
+    /// diagnostics, edits) is never used.
+    pub editor_context: bool,
+}
+
+/// What of the client's context a turn may use (`[context]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContextSettings {
+    pub items: bool,
+    pub diagnostics: bool,
+    pub recent_edits: bool,
+    pub max_item_bytes: usize,
+    pub max_items_bytes: usize,
+    pub max_items: usize,
+    pub max_diagnostics: usize,
+    pub max_recent_edits: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -360,6 +378,9 @@ pub struct RetrievalSettings {
     pub narrative_boost: f32,
     pub code_example_boost: f32,
     pub code_boost: f32,
+    /// Longest wait for the dense half of a search (embedding the query and the vector
+    /// store's answer), in milliseconds; past it BM25 answers alone.
+    pub deadline_ms: u64,
 }
 
 /// A number per natural language the retriever tells apart; unset = the general setting.
@@ -538,6 +559,7 @@ impl Settings {
         self.server.validate()?;
         self.grpc.validate()?;
         self.assistant.validate()?;
+        self.context.validate()?;
         self.classifier.validate()?;
         self.reformulator.validate()?;
         self.sessions.validate()?;
@@ -687,6 +709,36 @@ impl ServerSettings {
             }
         }
         Ok(())
+    }
+}
+
+impl ContextSettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        check(
+            self.max_item_bytes >= 1024,
+            "context.max_item_bytes",
+            "must be at least 1024",
+        )?;
+        check(
+            self.max_items_bytes >= self.max_item_bytes,
+            "context.max_items_bytes",
+            "must be at least context.max_item_bytes",
+        )
+    }
+
+    /// The policy the pipeline applies, with `assistant.editor_context`.
+    pub fn policy(&self, editor_context: bool) -> crate::context::Policy {
+        crate::context::Policy {
+            editor: editor_context,
+            items: self.items,
+            diagnostics: self.diagnostics,
+            recent_edits: self.recent_edits,
+            max_item_bytes: self.max_item_bytes,
+            max_items_bytes: self.max_items_bytes,
+            max_items: self.max_items,
+            max_diagnostics: self.max_diagnostics,
+            max_recent_edits: self.max_recent_edits,
+        }
     }
 }
 

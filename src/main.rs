@@ -256,6 +256,7 @@ async fn ask(
     while let Some(event) = events.next().await {
         match event {
             Event::Sources(s) => sources = s,
+            Event::Items(_) => {}
             Event::Delta(text) => {
                 out.write_all(text.as_bytes())?;
                 out.flush()?;

@@ -169,6 +169,40 @@ pub fn turn_decision(decision: &'static str, value: bool, rule: &'static str) {
     .increment(1);
 }
 
+/// The context items of a turn, by what became of them.
+pub fn context_items(
+    editor: &crate::context::EditorContext,
+    applied: crate::context::policy::Applied,
+) {
+    let attached = editor.items.iter().filter(|i| !i.from_message).count()
+        + editor
+            .diagnostics
+            .iter()
+            .filter(|d| d.item.is_some())
+            .count()
+        + editor.edits.iter().filter(|e| e.item.is_some()).count();
+    let skipped = editor.skipped;
+    for (outcome, n) in [
+        ("read", attached),
+        ("disabled", skipped.disabled),
+        ("duplicate", skipped.duplicates),
+        ("empty", skipped.empty),
+        ("cut", applied.cut),
+        ("over_limit", applied.over_count),
+        ("switched_off", applied.switched_off),
+    ] {
+        if n > 0 {
+            metrics::counter!("assist_context_items_total", "outcome" => outcome)
+                .increment(n as u64);
+        }
+    }
+}
+
+/// A search whose dense half missed `retrieval.deadline_ms`.
+pub fn retrieval_deadline() {
+    metrics::counter!("assist_retrieval_deadline_total").increment(1);
+}
+
 pub fn stage(stage: &'static str, took: Duration) {
     metrics::histogram!("assist_pipeline_stage_seconds", "stage" => stage).record(took);
 }

@@ -13,19 +13,7 @@
 use base64::Engine;
 use serde_json::Value;
 
-/// One piece of context an IDE attached (a file, a snippet, …).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContextItem {
-    /// `file`, `snippet`, or what the client called it (lowercased).
-    pub category: String,
-    pub id: String,
-    pub path: Option<String>,
-    /// 1-based inclusive line range, when the client gave one.
-    pub lines: Option<(usize, usize)>,
-    pub content: String,
-    /// Read from the user's message (continue-style), so the model sees it there already.
-    pub from_message: bool,
-}
+use super::items::{self, ContextItem, Cursor, Diagnostic, RecentEdit, Skipped};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EditorContext {
@@ -39,6 +27,16 @@ pub struct EditorContext {
     /// Client identity metadata (`dev_id`, `project_id`, `org_id`): informational only.
     pub user_info: Option<Value>,
     pub items: Vec<ContextItem>,
+    /// Compiler and linter findings (the `user` field's `diagnostics`, `diagnostics`
+    /// items, continue's problems blocks).
+    pub diagnostics: Vec<Diagnostic>,
+    /// Recent changes as diffs (`recent_edits`, `recent_edit` items, `diff` blocks).
+    pub edits: Vec<RecentEdit>,
+    pub cursor: Option<Cursor>,
+    /// Items left out while reading (disabled by the client, duplicates, empty).
+    pub skipped: Skipped,
+    /// Bytes the attached items carried, as sent.
+    pub items_bytes: usize,
 }
 
 impl EditorContext {
@@ -49,6 +47,35 @@ impl EditorContext {
             || !self.editor_content.trim().is_empty()
             || !self.extra_context.trim().is_empty()
             || !self.items.is_empty()
+            || !self.diagnostics.is_empty()
+            || !self.edits.is_empty()
+    }
+
+    /// Whether a diagnostic is about the code the user is at: inside the selection (its
+    /// line of the open file is in the selected text) or within a few lines of the
+    /// cursor, in the open file.
+    pub fn is_near(&self, d: &Diagnostic) -> bool {
+        const NEAR_LINES: usize = 5;
+        let same_file = match (&d.file, &self.file_path) {
+            (Some(f), Some(open)) => f.ends_with(open.as_str()) || open.ends_with(f.as_str()),
+            _ => true,
+        };
+        let Some(line) = d.line.filter(|_| same_file) else {
+            return false;
+        };
+        if let Some(cursor) = self.cursor {
+            if line.abs_diff(cursor.line) <= NEAR_LINES {
+                return true;
+            }
+        }
+        let selected = self.selected_text.trim();
+        let text = self
+            .editor_content
+            .lines()
+            .nth(line.saturating_sub(1))
+            .map(str::trim)
+            .unwrap_or_default();
+        !selected.is_empty() && text.len() >= 3 && selected.contains(text)
     }
 
     /// Reads every source; `last_user_message` is the text of the latest user turn.
@@ -59,7 +86,12 @@ impl EditorContext {
     ) -> Self {
         let mut ctx = Self::from_user_field(user);
         if let Some(items) = additional_context {
-            ctx.add_items(items);
+            let read = items::read(items);
+            ctx.items.extend(read.items);
+            ctx.diagnostics.extend(read.diagnostics);
+            ctx.edits.extend(read.edits);
+            ctx.skipped = read.skipped;
+            ctx.items_bytes = read.bytes;
         }
         ctx.add_message_blocks(last_user_message);
         ctx
@@ -93,6 +125,13 @@ impl EditorContext {
         ctx.selected_text = decoded(&object, "selected_text");
         ctx.editor_content = decoded(&object, "editor_content");
         ctx.extra_context = decoded(&object, "extra_context");
+        ctx.file_path = object
+            .get("file_path")
+            .or_else(|| object.get("filePath"))
+            .and_then(Value::as_str)
+            .filter(|p| !p.trim().is_empty())
+            .map(str::to_string);
+        (ctx.diagnostics, ctx.edits, ctx.cursor) = items::from_user_field(&object);
         ctx.user_info = match object.get("user_info") {
             None | Some(Value::Null) => None,
             Some(v @ Value::Object(_)) => Some(v.clone()),
@@ -114,46 +153,6 @@ impl EditorContext {
         ctx
     }
 
-    /// `additional_context`: a list of `{category, id, content, metadata}` items.
-    fn add_items(&mut self, items: &Value) {
-        let Some(list) = items.as_array() else {
-            tracing::warn!(
-                kind = json_kind(items),
-                "additional_context is not a list: ignored"
-            );
-            return;
-        };
-        for (i, item) in list.iter().enumerate() {
-            let text = |k: &str| item.get(k).and_then(Value::as_str).map(str::to_string);
-            let Some(content) = text("content").filter(|c| !c.is_empty()) else {
-                tracing::warn!(
-                    index = i,
-                    "an additional_context item has no text content: ignored"
-                );
-                continue;
-            };
-            let meta = item.get("metadata");
-            let meta_text = |k: &str| {
-                meta.and_then(|m| m.get(k))
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            };
-            let path = meta_text("relativeFilePath")
-                .or_else(|| meta_text("file_path"))
-                .or_else(|| meta_text("path"));
-            self.items.push(ContextItem {
-                category: text("category")
-                    .unwrap_or_else(|| "file".into())
-                    .to_lowercase(),
-                id: text("id").unwrap_or_default(),
-                path,
-                lines: None,
-                content,
-                from_message: false,
-            });
-        }
-    }
-
     /// continue-style blocks inside the user's message.
     fn add_message_blocks(&mut self, message: &str) {
         const OPEN_FILE: &str = "this is the currently open file:";
@@ -170,22 +169,64 @@ impl EditorContext {
                 self.file_in_message = true;
                 continue;
             }
+            // continue's diff context: the working tree's changes.
+            let info = block.info.to_ascii_lowercase();
+            if matches!(info.as_str(), "diff" | "git diff" | "patch") {
+                self.edits.push(RecentEdit {
+                    file: None,
+                    diff: block.body.to_string(),
+                    item: None,
+                    cut: false,
+                    from_message: true,
+                });
+                continue;
+            }
             // Only blocks that name a file are context; other fences are the user's own text.
             if let (Some(path), lines) = header {
+                // continue's problems: the lines around a problem, then its message on
+                // the very next line (a user's own question after a block is not one).
+                if let Some(problem) = problem_after(&message[block.end..]) {
+                    self.diagnostics.push(Diagnostic {
+                        file: Some(path.clone()),
+                        line: lines.map(|(a, _)| a),
+                        severity: "error".into(),
+                        message: problem.to_string(),
+                        item: None,
+                        from_message: true,
+                    });
+                }
                 self.items.push(ContextItem {
                     category: "snippet".into(),
                     id: path.clone(),
                     path: Some(path),
                     lines,
+                    meta: Vec::new(),
                     content: block.body.to_string(),
                     from_message: true,
+                    cut: false,
                 });
             }
         }
     }
 }
 
-fn json_kind(v: &Value) -> &'static str {
+/// The message of a continue problems block: one line right after the block, then a
+/// blank line or the end, that does not ask anything.
+fn problem_after(rest: &str) -> Option<&str> {
+    let rest = rest.strip_prefix('\n').unwrap_or(rest);
+    let (line, after) = rest.split_once('\n').unwrap_or((rest, ""));
+    let line = line.trim();
+    let ends_paragraph =
+        after.trim().is_empty() || after.starts_with('\n') || after.starts_with("\r\n");
+    let is_problem = !line.is_empty()
+        && !line.starts_with("```")
+        && !line.starts_with("~~~")
+        && !line.ends_with('?')
+        && ends_paragraph;
+    is_problem.then_some(line)
+}
+
+pub(crate) fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
@@ -239,6 +280,8 @@ fn decoded(object: &serde_json::Map<String, Value>, field: &str) -> String {
 struct Fence<'a> {
     /// Byte offset of the opening fence line.
     start: usize,
+    /// Byte offset just after the closing fence (its line break excluded).
+    end: usize,
     info: &'a str,
     body: &'a str,
 }
@@ -262,6 +305,7 @@ fn fenced_blocks(text: &str) -> Vec<Fence<'_>> {
             {
                 out.push(Fence {
                     start,
+                    end: offset + line.trim_end_matches(['\n', '\r']).len(),
                     info,
                     body: text[body_start..offset].trim_end_matches('\n'),
                 });

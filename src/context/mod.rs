@@ -1,7 +1,11 @@
-//! Context from the client (what the user sees in the editor) and fitting context into
-//! the model's window.
+//! Context from the client (what the user sees in the editor and what the IDE attached)
+//! and fitting context into the model's window.
 
 pub mod budget;
 pub mod editor;
+pub mod items;
+pub mod policy;
 
-pub use editor::{ContextItem, EditorContext};
+pub use editor::EditorContext;
+pub use items::{ContextItem, UsedItem};
+pub use policy::Policy;

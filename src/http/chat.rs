@@ -193,6 +193,7 @@ fn loaded() -> Answer {
         text: String::new(),
         tool_calls: Vec::new(),
         sources: None,
+        context_items: Vec::new(),
         finish: FinishReason::Load,
         usage: Usage::default(),
     }

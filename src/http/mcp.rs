@@ -466,6 +466,7 @@ impl Knowledge {
             let Some(event) = event else { break };
             match event {
                 Event::Sources(s) => cited = s,
+                Event::Items(_) => {}
                 Event::Delta(piece) => {
                     log.delta();
                     if text.len() + piece.len() > crate::pipeline::MAX_WHOLE_ANSWER_BYTES {

@@ -10,7 +10,7 @@
 //! about it; items the user attached explicitly (`additional_context`) always are.
 
 use crate::context::budget::{self, Entry, Estimator, Section, SectionReport};
-use crate::context::EditorContext;
+use crate::context::{EditorContext, UsedItem};
 use crate::llm::{Message, Role};
 use crate::pipeline::classify::QueryType;
 use crate::pipeline::prompts::Prompts;
@@ -48,6 +48,8 @@ pub struct Assembled {
     /// Whether anything the gateway added (context, earlier turns) is still in the
     /// prompt, i.e. whether a smaller window could still be met by cutting.
     pub can_shrink: bool,
+    /// The attached items in the prompt.
+    pub used_items: Vec<UsedItem>,
 }
 
 /// Tokens a message costs beyond its text in a chat template (role markers, separators:
@@ -93,8 +95,9 @@ pub fn assemble(req: Request<'_>) -> Assembled {
         history_tokens = message_tokens(&history, est);
     }
     let context_budget = req.window_tokens.saturating_sub(fixed + history_tokens);
-    let sections = sections(req.editor, req.use_editor, req.query_type, req.hits);
+    let (sections, placed) = sections(req.editor, req.use_editor, req.query_type, req.hits);
     let context = budget::fit(&sections, context_budget, est);
+    let used_items = used_items(placed, &context.reports);
     let mut system = head;
     // The prompt's estimate from its parts (the context as fitted, the "\n\n" joining it):
     // the same rule, without measuring the long system message again.
@@ -143,60 +146,172 @@ pub fn assemble(req: Request<'_>) -> Assembled {
         history_dropped,
         estimated_tokens,
         can_shrink,
+        used_items,
     }
 }
 
+/// Where each attached item went: the section (by tag) it is an entry of.
+struct Placed {
+    section: &'static str,
+    item: UsedItem,
+    cut: bool,
+}
+
+/// The prompt's sections, highest priority first (the budget cuts from the end), and the
+/// attached items each holds. Editor code (selection, open file, extra context, the
+/// editor's diagnostics and edits) comes only when the question is about it; what the
+/// user attached explicitly (items) always does, except to small talk.
 fn sections(
     editor: &EditorContext,
     use_editor: bool,
     query_type: QueryType,
     hits: &[Scored],
-) -> Vec<Section> {
-    let mut selected = Vec::new();
-    let mut open_file = Vec::new();
-    let mut extra = Vec::new();
+) -> (Vec<Section>, Vec<Placed>) {
+    const ORDER: [&str; 13] = [
+        "selected_code",
+        "diagnostics",
+        "attached_snippets",
+        "open_file",
+        "terminal",
+        "work_items",
+        "knowledge",
+        "other_diagnostics",
+        "recent_edits",
+        "local_git",
+        "dependencies",
+        "attached_context",
+        "extra_context",
+    ];
+    let mut sections: Vec<Section> = ORDER
+        .iter()
+        .map(|tag| Section {
+            tag,
+            entries: Vec::new(),
+        })
+        .collect();
+    let mut placed = Vec::new();
+    let at = |tag: &str| {
+        ORDER
+            .iter()
+            .position(|t| *t == tag)
+            .unwrap_or(ORDER.len() - 2)
+    };
+    let mut push =
+        |sections: &mut Vec<Section>, tag: &str, entry: Entry, used: Option<(UsedItem, bool)>| {
+            let i = at(tag);
+            sections[i].entries.push(entry);
+            if let Some((item, cut)) = used {
+                placed.push(Placed {
+                    section: ORDER[i],
+                    item,
+                    cut,
+                });
+            }
+        };
     let conversational = query_type == QueryType::Conversational;
+    let file_header = || {
+        editor
+            .file_path
+            .as_ref()
+            .map(|p| format!("File: {p}"))
+            .unwrap_or_default()
+    };
     if use_editor && !conversational {
         if !editor.selected_text.trim().is_empty() {
-            selected.push(Entry {
-                header: editor
-                    .file_path
-                    .as_ref()
-                    .map(|p| format!("File: {p}"))
-                    .unwrap_or_default(),
+            let entry = Entry {
+                header: file_header(),
                 body: editor.selected_text.clone(),
-            });
+            };
+            push(&mut sections, "selected_code", entry, None);
         }
         if !editor.editor_content.trim().is_empty() && !editor.file_in_message {
-            open_file.push(Entry {
-                header: editor
-                    .file_path
-                    .as_ref()
-                    .map(|p| format!("File: {p}"))
-                    .unwrap_or_default(),
+            let entry = Entry {
+                header: file_header(),
                 body: editor.editor_content.clone(),
-            });
+            };
+            push(&mut sections, "open_file", entry, None);
         }
         if !editor.extra_context.trim().is_empty() {
-            extra.push(Entry {
+            let entry = Entry {
                 header: String::new(),
                 body: editor.extra_context.clone(),
-            });
+            };
+            push(&mut sections, "extra_context", entry, None);
         }
     }
-    if !conversational {
-        for item in editor.items.iter().filter(|i| !i.from_message) {
-            let name = item.path.as_deref().unwrap_or(&item.id);
-            let entry = Entry {
-                header: format!("{} {name}", item.category),
-                body: item.content.clone(),
-            };
-            if item.category == "file" {
-                open_file.push(entry);
-            } else {
-                selected.push(entry);
-            }
+    if conversational {
+        return (sections, placed);
+    }
+    for item in editor.items.iter().filter(|i| !i.from_message) {
+        let tag = match item.category.as_str() {
+            "file" => "open_file",
+            "snippet" => "attached_snippets",
+            "merge_request" | "issue" => "work_items",
+            "terminal" => "terminal",
+            "local_git" => "local_git",
+            "dependency" => "dependencies",
+            _ => "attached_context",
+        };
+        let used = UsedItem {
+            id: item.id.clone(),
+            category: item.category.clone(),
+            path: item.path.clone(),
+            cut: item.cut,
+        };
+        let entry = Entry {
+            header: item.label(),
+            body: item.body(),
+        };
+        push(&mut sections, tag, entry, Some((used, item.cut)));
+    }
+    // Diagnostics: the editor's own only with a question about the code; attached ones
+    // always. Those at the selection or the cursor rank with the selection.
+    for d in &editor.diagnostics {
+        if d.from_message || (d.item.is_none() && !use_editor) {
+            continue;
         }
+        let tag = if editor.is_near(d) {
+            "diagnostics"
+        } else {
+            "other_diagnostics"
+        };
+        let used = d.item.as_ref().map(|id| {
+            let item = UsedItem {
+                id: id.clone(),
+                category: "diagnostics".into(),
+                path: d.file.clone(),
+                cut: false,
+            };
+            (item, false)
+        });
+        let entry = Entry {
+            header: String::new(),
+            body: d.line_text(),
+        };
+        push(&mut sections, tag, entry, used);
+    }
+    for e in &editor.edits {
+        if e.from_message || (e.item.is_none() && !use_editor) {
+            continue;
+        }
+        let used = e.item.as_ref().map(|id| {
+            let item = UsedItem {
+                id: id.clone(),
+                category: "recent_edit".into(),
+                path: e.file.clone(),
+                cut: e.cut,
+            };
+            (item, e.cut)
+        });
+        let entry = Entry {
+            header: e
+                .file
+                .as_ref()
+                .map(|f| format!("Edit: {f}"))
+                .unwrap_or_default(),
+            body: e.diff.clone(),
+        };
+        push(&mut sections, "recent_edits", entry, used);
     }
     let knowledge = hits
         .iter()
@@ -214,24 +329,24 @@ fn sections(
             }
         })
         .collect();
-    vec![
-        Section {
-            tag: "selected_code",
-            entries: selected,
-        },
-        Section {
-            tag: "open_file",
-            entries: open_file,
-        },
-        Section {
-            tag: "knowledge",
-            entries: knowledge,
-        },
-        Section {
-            tag: "extra_context",
-            entries: extra,
-        },
-    ]
+    sections[at("knowledge")].entries = knowledge;
+    (sections, placed)
+}
+
+/// The attached items that reached the prompt, each marked cut when its section was.
+fn used_items(placed: Vec<Placed>, reports: &[SectionReport]) -> Vec<UsedItem> {
+    placed
+        .into_iter()
+        .filter_map(|p| {
+            let report = reports.iter().find(|r| r.tag == p.section)?;
+            if report.dropped {
+                return None;
+            }
+            let mut item = p.item;
+            item.cut = p.cut || report.kept_chars < report.chars;
+            Some(item)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -303,20 +418,26 @@ mod tests {
             id: "src/a.rs".into(),
             path: Some("src/a.rs".into()),
             lines: None,
+            meta: Vec::new(),
             content: "struct Attached;".into(),
             from_message: false,
+            cut: false,
         });
         ed.items.push(ContextItem {
             category: "snippet".into(),
             id: "src/b.rs".into(),
             path: Some("src/b.rs".into()),
             lines: Some((1, 2)),
+            meta: Vec::new(),
             content: "struct AlreadyInMessage;".into(),
             from_message: true,
+            cut: false,
         });
         let out = assemble(request(&prompts, &ed, false, QueryType::Retrieval));
         let system = &out.messages[0].content;
-        assert!(system.contains("<open_file>\nfile src/a.rs\nstruct Attached;"));
+        assert!(system.contains("<open_file>\nFile: src/a.rs\nstruct Attached;"));
+        assert_eq!(out.used_items.len(), 1);
+        assert_eq!(out.used_items[0].id, "src/a.rs");
         assert!(!system.contains("AlreadyInMessage"));
     }
 

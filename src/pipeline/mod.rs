@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::context::budget::Estimator;
-use crate::context::EditorContext;
+use crate::context::{EditorContext, UsedItem};
 use crate::error::GatewayError;
 use crate::llm::tokenize::TokenCounter;
 use crate::llm::{
@@ -131,9 +131,15 @@ impl Source {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     Sources(Vec<Source>),
+    /// The context items the client attached that the prompt held (after `Sources`, only
+    /// when there are some).
+    Items(Vec<UsedItem>),
     Delta(String),
     ToolCalls(Vec<ToolCall>),
-    Done { finish: FinishReason, usage: Usage },
+    Done {
+        finish: FinishReason,
+        usage: Usage,
+    },
     Error(GatewayError),
 }
 
@@ -146,6 +152,8 @@ pub struct Answer {
     pub tool_calls: Vec<ToolCall>,
     /// `None` for passthrough models.
     pub sources: Option<Vec<Source>>,
+    /// The attached context items the prompt held.
+    pub context_items: Vec<UsedItem>,
     pub finish: FinishReason,
     pub usage: Usage,
 }
@@ -244,6 +252,8 @@ pub struct PipelineConfig {
     pub prompts: Prompts,
     /// The window when the upstream reports none, and the cap on the one it reports.
     pub context_tokens: u32,
+    /// What of the client's context a turn may use.
+    pub context_policy: crate::context::Policy,
     pub answer_reserve_tokens: u32,
     pub cite_sources: bool,
     /// Send the budgeted window as Ollama's `options.num_ctx`.
@@ -356,8 +366,10 @@ impl Pipeline {
         let ChatTurn {
             mut request,
             session_id,
-            editor,
+            mut editor,
         } = turn;
+        let applied = self.config.context_policy.apply(&mut editor)?;
+        telemetry::context_items(&editor, applied);
         let messages = client_messages(std::mem::replace(&mut request.input, Input::Chat(vec![])));
         let query = messages
             .iter()
@@ -444,7 +456,13 @@ impl Pipeline {
                 other => other,
             }
         };
-        let (assembled, smaller, counted, prompt_tokens) = first?;
+        let Fitted {
+            messages: assembled,
+            smaller,
+            counted,
+            tokens: prompt_tokens,
+            used_items,
+        } = first?;
         request.model = self.config.upstream_model.clone();
         request.input = Input::Chat(assembled);
         // The shared upstream's model is the gateway's to load: no reloads, no other
@@ -460,6 +478,7 @@ impl Pipeline {
                 sessions: sessions.clone(),
                 held: Some(held),
                 question: query,
+                attached: used_items.iter().map(UsedItem::reference).collect(),
                 answer: String::new(),
                 cut: false,
             }),
@@ -479,7 +498,8 @@ impl Pipeline {
             tokens: prompt_tokens,
             retry,
         };
-        self.generate(prompt, &hits, memory, clock, started).await
+        self.generate(prompt, &hits, used_items, memory, clock, started)
+            .await
     }
 
     /// Session: waits for the session's earlier turns to finish (at most
@@ -518,6 +538,11 @@ impl Pipeline {
             editor_chars = editor.editor_content.len(),
             extra_chars = editor.extra_context.len(),
             items = editor.items.len(),
+            items_disabled = editor.skipped.disabled,
+            items_duplicate = editor.skipped.duplicates,
+            diagnostics = editor.diagnostics.len(),
+            edits = editor.edits.len(),
+            cursor = editor.cursor.is_some(),
             "stage"
         );
         telemetry::stage("session", t.elapsed());
@@ -668,10 +693,7 @@ impl Pipeline {
     /// retry with if the upstream still finds it too long. An error when even the client's
     /// own messages and the answer do not fit. Also whether the prompt was counted, and
     /// its size (counted, else estimated).
-    async fn assemble(
-        &self,
-        request: assemble::Request<'_>,
-    ) -> Result<(Vec<Message>, Option<Vec<Message>>, bool, usize), GatewayError> {
+    async fn assemble(&self, request: assemble::Request<'_>) -> Result<Fitted, GatewayError> {
         let t = Instant::now();
         let window = request.window_tokens;
         let answer = request.answer_tokens;
@@ -785,8 +807,13 @@ impl Pipeline {
             "stage"
         );
         telemetry::stage("assemble", t.elapsed());
-        let tokens = counted.unwrap_or(assembled.estimated_tokens);
-        Ok((assembled.messages, smaller, counted.is_some(), tokens))
+        Ok(Fitted {
+            tokens: counted.unwrap_or(assembled.estimated_tokens),
+            counted: counted.is_some(),
+            messages: assembled.messages,
+            smaller,
+            used_items: assembled.used_items,
+        })
     }
 
     /// The prompt's tokens by the upstream's tokenizer, chat template included; `None`
@@ -846,6 +873,7 @@ impl Pipeline {
         &self,
         prompt: Prompt,
         hits: &[Scored],
+        items: Vec<UsedItem>,
         memory: Option<Memory>,
         clock: Arc<UpstreamClock>,
         started: Instant,
@@ -880,6 +908,7 @@ impl Pipeline {
             tokens as u64,
             Some(Assistant {
                 sources,
+                items,
                 cite: self.config.cite_sources,
                 memory,
                 started,
@@ -1058,9 +1087,23 @@ impl Pipeline {
     }
 }
 
+/// An assembled prompt, fitted to the window.
+struct Fitted {
+    messages: Vec<Message>,
+    /// A smaller one for when the upstream finds this one too long.
+    smaller: Option<Vec<Message>>,
+    /// Its size was counted by the upstream's tokenizer (else estimated).
+    counted: bool,
+    tokens: usize,
+    /// The attached context items in it.
+    used_items: Vec<UsedItem>,
+}
+
 /// The assistant's extras around an answer.
 struct Assistant {
     sources: Vec<Source>,
+    /// The attached context items the prompt held.
+    items: Vec<UsedItem>,
     cite: bool,
     memory: Option<Memory>,
     started: Instant,
@@ -1091,6 +1134,8 @@ struct Memory {
     sessions: Arc<Sessions>,
     held: Option<Held>,
     question: String,
+    /// The attached items the question came with, named (`file src/a.rs`).
+    attached: Vec<String>,
     answer: String,
     /// Part of the answer was not kept.
     cut: bool,
@@ -1127,6 +1172,7 @@ impl Memory {
         Turn {
             user: std::mem::take(&mut self.question),
             assistant,
+            attached: std::mem::take(&mut self.attached),
             interrupted,
             at: chrono::Utc::now().timestamp(),
         }
@@ -1176,12 +1222,15 @@ fn answer_events(
     assistant: Option<Assistant>,
 ) -> EventStream {
     async_stream::stream! {
-        let (sources, cite, mut memory, started) = match assistant {
-            Some(a) => (Some(a.sources), a.cite, a.memory, Some(a.started)),
-            None => (None, false, None, None),
+        let (sources, items, cite, mut memory, started) = match assistant {
+            Some(a) => (Some(a.sources), a.items, a.cite, a.memory, Some(a.started)),
+            None => (None, Vec::new(), false, None, None),
         };
         if let Some(sources) = &sources {
             yield Event::Sources(sources.clone());
+        }
+        if !items.is_empty() {
+            yield Event::Items(items);
         }
         let mut deltas = 0u64;
         loop {
@@ -1342,9 +1391,11 @@ pub async fn collect(mut events: EventStream) -> Result<Answer, GatewayError> {
     let mut text = String::new();
     let mut tool_calls = Vec::new();
     let mut sources = None;
+    let mut context_items = Vec::new();
     while let Some(event) = events.next().await {
         match event {
             Event::Sources(s) => sources = Some(s),
+            Event::Items(i) => context_items = i,
             Event::Delta(t) => {
                 if text.len() + t.len() > MAX_WHOLE_ANSWER_BYTES {
                     return Err(answer_too_long());
@@ -1357,6 +1408,7 @@ pub async fn collect(mut events: EventStream) -> Result<Answer, GatewayError> {
                     text,
                     tool_calls,
                     sources,
+                    context_items,
                     finish,
                     usage,
                 });

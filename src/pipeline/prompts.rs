@@ -182,6 +182,7 @@ mod tests {
             context_tokens: 8192,
             answer_reserve_tokens: 1024,
             cite_sources: false,
+            editor_context: true,
         };
         let p = Prompts::load(&settings).unwrap();
         assert_eq!(p.retrieval, "Cite everything.");

@@ -293,15 +293,18 @@ impl Retriever {
         let query = query.as_ref();
         let lang = Lang::detect(query);
         let weights = self.weights(mode, lang);
-        // No embedding call when no dense list would count.
+        // No embedding call when no dense list would count. The query is embedded while
+        // BM25 searches: the dense half's deadline covers both its steps.
         let started = Instant::now();
-        let vector = if weights.wants_vector() {
-            self.query_vector(query).await
-        } else {
-            None
+        let vector = async {
+            if weights.wants_vector() {
+                self.query_vector(query).await
+            } else {
+                None
+            }
         };
-        let embedding = (weights.wants_vector() && self.dense.is_some()).then(|| started.elapsed());
-        self.search_prepared(query, lang, vector.as_deref(), weights, top, embedding)
+        let embedding = (weights.wants_vector() && self.dense.is_some()).then_some(started);
+        self.search_prepared(query, lang, vector, weights, top, embedding)
             .await
     }
 
@@ -318,6 +321,7 @@ impl Retriever {
         let query = query.as_ref();
         let lang = Lang::detect(query);
         let weights = self.weights(mode, lang);
+        let vector = async { vector.map(<[f32]>::to_vec) };
         self.search_prepared(query, lang, vector, weights, top, None)
             .await
             .map(|f| f.hits)
@@ -355,16 +359,18 @@ impl Retriever {
         }
     }
 
-    /// Every list at once, then the fusion. `embedding` is the time the query's vector
-    /// took, when it was asked for (part of the dense lists' time).
+    /// Every list at once, then the fusion. `vector` gives the query's vector; the dense
+    /// half (it, then the vector store) has `retrieval.deadline_ms`, past which BM25
+    /// answers alone. `embedding` is when the query's embedding was asked for, when it was
+    /// (part of the dense lists' time).
     async fn search_prepared(
         &self,
         query: &str,
         lang: Lang,
-        vector: Option<&[f32]>,
+        vector: impl std::future::Future<Output = Option<Vec<f32>>>,
         weights: Weights,
         top: usize,
-        embedding: Option<Duration>,
+        embedding: Option<Instant>,
     ) -> anyhow::Result<Found> {
         let n = self.settings.candidates.max(top);
         let lexical = async {
@@ -374,8 +380,10 @@ impl Retriever {
             self.lexical_hits(query, lang, n).await
         };
         let dense = async {
+            let vector = vector.await;
             let started = Instant::now();
-            let Some(v) = vector.filter(|_| weights.wants_vector()) else {
+            let embedding = embedding.map(|at| started.duration_since(at));
+            let Some(v) = vector.as_deref().filter(|_| weights.wants_vector()) else {
                 // An embedding asked for that failed still took its time.
                 if let Some(took) = embedding {
                     telemetry::retrieval("dense", took);
@@ -404,6 +412,20 @@ impl Retriever {
             };
             telemetry::retrieval("dense", embedding.unwrap_or_default() + started.elapsed());
             hits
+        };
+        let deadline = Duration::from_millis(self.settings.deadline_ms);
+        let dense = async {
+            match tokio::time::timeout(deadline, dense).await {
+                Ok(found) => found,
+                Err(_) => {
+                    telemetry::retrieval_deadline();
+                    self.degrade(format!(
+                        "the dense half did not answer within retrieval.deadline_ms ({} ms)",
+                        self.settings.deadline_ms
+                    ));
+                    (Vec::new(), 0)
+                }
+            }
         };
         let (lexical, (dense, across)) = tokio::join!(lexical, dense);
         let (lexical_weight, lexical) =

@@ -16,6 +16,7 @@ use futures::StreamExt;
 use super::access::{StreamGate, StreamSlot};
 use super::bounds::check_limits;
 use super::AppState;
+use crate::context::UsedItem;
 use crate::error::GatewayError;
 use crate::llm::{FinishReason, ToolCall, Usage};
 use crate::pipeline::classify::truncate_chars;
@@ -36,6 +37,8 @@ pub struct End<'a> {
     pub usage: Usage,
     /// The assistant's sources (`None` for passthrough models).
     pub sources: Option<&'a [Source]>,
+    /// The attached context items the prompt held.
+    pub context_items: &'a [UsedItem],
     pub timing: Timing,
 }
 
@@ -139,9 +142,11 @@ fn rendered<R: Render>(
             yield opening;
         }
         let mut sources = None;
+        let mut items = Vec::new();
         while let Some(event) = events.next().await {
             match event {
                 Event::Sources(s) => sources = Some(s),
+                Event::Items(i) => items = i,
                 Event::Delta(text) => {
                     log.delta();
                     yield render.delta(&text);
@@ -156,6 +161,7 @@ fn rendered<R: Render>(
                         finish,
                         usage,
                         sources: sources.as_deref(),
+                        context_items: &items,
                         timing: log.timing(),
                     });
                     return;

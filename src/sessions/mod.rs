@@ -98,6 +98,10 @@ pub fn check_id(id: &str) -> Result<(), String> {
 pub struct Turn {
     pub user: String,
     pub assistant: String,
+    /// The context items the question came with, named (`file src/a.rs`): a follow-up
+    /// about "that file" knows which one it was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attached: Vec<String>,
     /// The client went away before the answer ended; `assistant` is what was streamed.
     #[serde(default)]
     pub interrupted: bool,
@@ -115,8 +119,12 @@ impl Turn {
             }
             answer.push_str("[answer interrupted]");
         }
+        let mut question = self.user.clone();
+        if !self.attached.is_empty() {
+            question.push_str(&format!("\n\n[attached: {}]", self.attached.join("; ")));
+        }
         [
-            Message::text(Role::User, self.user.clone()),
+            Message::text(Role::User, question),
             Message::text(Role::Assistant, answer),
         ]
     }
@@ -403,6 +411,7 @@ pub(crate) mod contract {
         Turn {
             user: format!("question {n}"),
             assistant: format!("answer {n}"),
+            attached: Vec::new(),
             interrupted: false,
             at: chrono::Utc::now().timestamp(),
         }

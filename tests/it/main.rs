@@ -17,6 +17,7 @@ mod any_body;
 mod assistant;
 mod citations;
 mod classifier;
+mod context_items;
 mod continue_cli;
 mod embedder_name;
 mod embedding_endpoints;

@@ -393,6 +393,7 @@ mod tests {
             context_tokens: 8192,
             answer_reserve_tokens: 1024,
             cite_sources: false,
+            editor_context: true,
         };
         let p = JudgePrompts::load(&settings).unwrap();
         let want: [(&str, &[&str]); 6] = [

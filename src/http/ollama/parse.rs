@@ -36,6 +36,9 @@ struct Request {
     session_id: Option<String>,
     user: Option<Value>,
     additional_context: Option<Value>,
+    /// GitLab's spelling of the same list.
+    #[serde(rename = "additionalContext")]
+    additional_context_gitlab: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -180,7 +183,7 @@ impl Request {
         let context = Context {
             session_id: self.session_id,
             user: self.user,
-            additional_context: self.additional_context,
+            additional_context: self.additional_context.or(self.additional_context_gitlab),
         };
         Parsed::client(
             request,

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use crate::context::UsedItem;
 use crate::error::GatewayError;
 use crate::http::chat::HttpRender;
 use crate::http::dialect::{Dialect, Ollama};
@@ -105,7 +106,7 @@ impl Render for Ndjson {
 
     fn end(&mut self, end: End<'_>) -> Bytes {
         let mut last = self.line("", None, Some((end.finish, end.usage, end.timing)));
-        with_sources(&mut last, end.sources);
+        with_sources(&mut last, end.sources, end.context_items);
         line_bytes(&last)
     }
 
@@ -126,16 +127,19 @@ impl HttpRender for Ndjson {
         if !answer.tool_calls.is_empty() {
             body["message"]["tool_calls"] = tool_calls_json(&answer.tool_calls);
         }
-        with_sources(&mut body, answer.sources.as_deref());
+        with_sources(&mut body, answer.sources.as_deref(), &answer.context_items);
         body
     }
 }
 
-/// The assistant's sources ride on the final object (clients ignore fields they do not
-/// know).
-fn with_sources(line: &mut Value, sources: Option<&[Source]>) {
+/// The assistant's sources and the attached items it used ride on the final object
+/// (clients ignore fields they do not know).
+fn with_sources(line: &mut Value, sources: Option<&[Source]>, items: &[UsedItem]) {
     if let Some(sources) = sources {
         line["sources"] = json!(sources);
+    }
+    if !items.is_empty() {
+        line["context_items"] = json!(items);
     }
 }
 

@@ -37,6 +37,9 @@ struct Request {
     user: Option<Value>,
     session_id: Option<String>,
     additional_context: Option<Value>,
+    /// GitLab's spelling of the same list.
+    #[serde(rename = "additionalContext")]
+    additional_context_gitlab: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -283,7 +286,7 @@ impl Request {
         let context = Context {
             session_id: self.session_id,
             user: self.user,
-            additional_context: self.additional_context,
+            additional_context: self.additional_context.or(self.additional_context_gitlab),
         };
         Parsed::client(request, context, (shape.stream, false), render)
     }

@@ -189,6 +189,9 @@ impl Render for Sse {
         if let Some(sources) = end.sources {
             last["sources"] = json!(sources);
         }
+        if !end.context_items.is_empty() {
+            last["context_items"] = json!(end.context_items);
+        }
         out.extend_from_slice(&frame(&last));
         out.extend_from_slice(b"data: [DONE]\n\n");
         Bytes::from(out)
@@ -268,6 +271,9 @@ impl HttpRender for Sse {
         });
         if let Some(sources) = &answer.sources {
             body["sources"] = json!(sources);
+        }
+        if !answer.context_items.is_empty() {
+            body["context_items"] = json!(answer.context_items);
         }
         body
     }
