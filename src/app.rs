@@ -131,6 +131,11 @@ pub async fn ingest(
             },
             max_file_bytes: settings.ingest.max_file_bytes,
             manifest_path: target.join("manifest.json"),
+            privacy: Arc::new(settings.privacy.privacy()?),
+            exclude: anyhow::Context::context(
+                crate::privacy::globs(&settings.ingest.exclude),
+                "ingest.exclude",
+            )?,
         };
         ingestor.run(paths, progress).await
     };
@@ -263,6 +268,7 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
             retriever: retriever.clone(),
             sessions,
             tokens: crate::llm::tokenizer_from_settings(&settings.llm)?,
+            privacy: Arc::new(settings.privacy.privacy()?),
         },
     );
     Ok(Parts {

@@ -24,6 +24,7 @@ pub struct Settings {
     pub log: LogSettings,
     pub assistant: AssistantSettings,
     pub context: ContextSettings,
+    pub privacy: PrivacySettings,
     pub classifier: ClassifierSettings,
     pub reformulator: ReformulatorSettings,
     pub sessions: SessionSettings,
@@ -399,6 +400,32 @@ pub struct IngestSettings {
     pub chunk_chars: usize,
     pub overlap_chars: usize,
     pub max_file_bytes: u64,
+    /// Globs of files never indexed, beside `.gitignore`'s.
+    #[serde(deserialize_with = "list_or_comma_string")]
+    pub exclude: Vec<String>,
+}
+
+/// Secrets and excluded paths (`[privacy]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrivacySettings {
+    pub redact_secrets: bool,
+    /// A TOML file of more `[[rule]]`s (see config/secrets.toml).
+    #[serde(default, with = "unset_if_empty")]
+    pub extra_rules: Option<PathBuf>,
+    /// Globs of paths whose editor context and items are never used.
+    #[serde(deserialize_with = "list_or_comma_string")]
+    pub exclude: Vec<String>,
+}
+
+impl PrivacySettings {
+    pub fn privacy(&self) -> anyhow::Result<crate::privacy::Privacy> {
+        crate::privacy::Privacy::new(
+            self.redact_secrets,
+            self.extra_rules.as_deref(),
+            &self.exclude,
+        )
+    }
 }
 
 /// The model that judges answers in `eval answers` and `POST /v1/eval`.

@@ -18,6 +18,7 @@ pub mod http;
 pub mod ingest;
 pub mod llm;
 pub mod pipeline;
+pub mod privacy;
 pub mod retrieval;
 pub mod serve;
 pub mod sessions;

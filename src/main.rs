@@ -316,6 +316,18 @@ async fn ingest(settings: Settings, paths: Vec<PathBuf>, rebuild: bool) -> anyho
     for (why, n) in reasons {
         println!("  skipped {n}: {why}");
     }
+    if summary.files_excluded > 0 {
+        println!(
+            "  excluded {} files: credentials by name or ingest.exclude",
+            summary.files_excluded
+        );
+    }
+    if summary.secrets_redacted > 0 || summary.invisible_removed > 0 {
+        println!(
+            "  redacted {} secrets and removed {} invisible characters in the stored chunks",
+            summary.secrets_redacted, summary.invisible_removed
+        );
+    }
     for warning in &summary.warnings {
         println!("  warning: {warning}");
     }

@@ -198,6 +198,19 @@ pub fn context_items(
     }
 }
 
+/// Secrets redacted and invisible characters removed, by where (`ingest`, `prompt`,
+/// `source`, `session`).
+pub fn secrets_redacted(place: &'static str, cleaned: &crate::privacy::Cleaned) {
+    for (kind, n) in &cleaned.secrets {
+        metrics::counter!("assist_secrets_redacted_total", "kind" => kind.clone(), "where" => place)
+            .increment(*n as u64);
+    }
+    if cleaned.invisible > 0 {
+        metrics::counter!("assist_invisible_characters_removed_total", "where" => place)
+            .increment(cleaned.invisible as u64);
+    }
+}
+
 /// A search whose dense half missed `retrieval.deadline_ms`.
 pub fn retrieval_deadline() {
     metrics::counter!("assist_retrieval_deadline_total").increment(1);

@@ -210,6 +210,30 @@ impl EditorContext {
     }
 }
 
+/// `message` without the fenced blocks whose header names a path `drop` says to leave
+/// out (each replaced by a line saying so); `None` when there is none.
+pub fn without_blocks(message: &str, drop: impl Fn(&str) -> bool) -> Option<(String, usize)> {
+    let mut out = String::with_capacity(message.len());
+    let mut at = 0;
+    let mut dropped = 0;
+    for block in fenced_blocks(message) {
+        let Some(path) = parse_header(block.info).0 else {
+            continue;
+        };
+        if drop(&path) {
+            out.push_str(&message[at..block.start]);
+            out.push_str("[context from an excluded path left out]");
+            at = block.end;
+            dropped += 1;
+        }
+    }
+    if dropped == 0 {
+        return None;
+    }
+    out.push_str(&message[at..]);
+    Some((out, dropped))
+}
+
 /// The message of a continue problems block: one line right after the block, then a
 /// blank line or the end, that does not ask anything.
 fn problem_after(rest: &str) -> Option<&str> {

@@ -5,6 +5,7 @@ pub mod budget;
 pub mod editor;
 pub mod items;
 pub mod policy;
+pub mod protect;
 
 pub use editor::EditorContext;
 pub use items::{ContextItem, UsedItem};

@@ -26,6 +26,7 @@ use super::{request_id, sources, AppState};
 use crate::context::EditorContext;
 use crate::llm::UpstreamRequest;
 use crate::pipeline::{ChatTurn, Event};
+use crate::privacy::Privacy;
 use crate::retrieval::hybrid::Mode;
 use crate::retrieval::{DocType, KnowledgeChunk};
 use crate::serve::access::{Caller, StreamGate};
@@ -302,7 +303,13 @@ fn base(state: &AppState, context: &RequestContext<RoleServer>) -> String {
     }
 }
 
-fn chunk_json(c: &KnowledgeChunk, base: &str) -> Value {
+/// A chunk as a tool returns it, its text cleaned by `privacy` (indexes written before
+/// redaction hold what they held).
+fn chunk_json(c: &KnowledgeChunk, base: &str, privacy: &Privacy) -> Value {
+    let (text, cleaned) = privacy.cleaned(&c.text);
+    if !cleaned.is_empty() {
+        crate::telemetry::secrets_redacted("source", &cleaned);
+    }
     json!({
         "id": c.chunk_id,
         "file": c.source_file,
@@ -311,7 +318,7 @@ fn chunk_json(c: &KnowledgeChunk, base: &str) -> Value {
         "doc_type": c.doc_type.as_str(),
         "language": c.language,
         "url": sources::link(base, &c.chunk_id),
-        "text": c.text,
+        "text": text,
     })
 }
 
@@ -362,7 +369,7 @@ impl Knowledge {
             })
             .take(top_k)
             .map(|h| {
-                let mut v = chunk_json(&h.chunk, &base);
+                let mut v = chunk_json(&h.chunk, &base, self.state.pipeline.privacy());
                 v["score"] = json!(h.score);
                 v
             })
@@ -399,6 +406,7 @@ impl Knowledge {
         Ok(CallToolResult::structured(chunk_json(
             &chunk,
             &base(&self.state, context),
+            self.state.pipeline.privacy(),
         )))
     }
 

@@ -68,6 +68,12 @@ pub async fn get(
             GatewayError::internal(format!("the knowledge base could not be read: {e:#}"))
         })?
         .ok_or_else(|| GatewayError::source_not_found(&id))?;
+    // Indexes written before redaction (or with other rules) hold what they held.
+    let mut chunk = (*chunk).clone();
+    let cleaned = state.pipeline.privacy().clean(&mut chunk.text);
+    if !cleaned.is_empty() {
+        crate::telemetry::secrets_redacted("source", &cleaned);
+    }
     if wants_html(&headers) {
         let mut response = page(&chunk).into_response();
         let h = response.headers_mut();

@@ -15,10 +15,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{anyhow, Context};
+use globset::GlobSet;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::llm::{Embedder, TextKind};
+use crate::privacy::{self, Cleaned, Privacy};
 use crate::retrieval::{KnowledgeChunk, LexicalIndex, VectorPoint, VectorStore};
 use chunk::ChunkConfig;
 
@@ -80,6 +82,11 @@ pub struct Summary {
     pub chunks_written: usize,
     pub chunks_total: usize,
     pub skipped: Skipped,
+    /// Files left out as credentials by name or by `ingest.exclude` (also in `skipped`).
+    pub files_excluded: usize,
+    /// Secrets redacted in the chunks written, and invisible characters removed.
+    pub secrets_redacted: usize,
+    pub invisible_removed: usize,
     /// What went wrong after every file was written (the index is whole and searchable,
     /// only slower): said after the summary, the run still succeeds.
     pub warnings: Vec<String>,
@@ -97,6 +104,10 @@ pub struct Ingestor {
     pub chunking: ChunkConfig,
     pub max_file_bytes: u64,
     pub manifest_path: PathBuf,
+    /// Redaction and invisible characters, applied to every chunk before it is stored.
+    pub privacy: Arc<Privacy>,
+    /// `ingest.exclude`.
+    pub exclude: GlobSet,
 }
 
 /// A file found by the walk.
@@ -126,8 +137,12 @@ impl Ingestor {
         manifest.embedder = embedder_name;
 
         let mut summary = Summary::default();
-        let (found, skipped) =
-            walk(roots, self.max_file_bytes).context("walking the folders to ingest")?;
+        let (found, skipped) = walk(roots, self.max_file_bytes, &self.exclude)
+            .context("walking the folders to ingest")?;
+        summary.files_excluded = skipped
+            .iter()
+            .filter(|(_, why)| why == CREDENTIALS || why == EXCLUDED)
+            .count();
         summary.skipped = skipped;
         summary.files_seen = found.len();
         let root_names: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
@@ -190,15 +205,28 @@ impl Ingestor {
         }
 
         for batch in todo.chunks(FILES_PER_BATCH) {
+            let mut cleaned = Cleaned::default();
             let files: Vec<(String, Vec<KnowledgeChunk>)> = batch
                 .iter()
                 .map(|(f, text, _)| {
-                    (
-                        f.key.clone(),
-                        chunk::chunk_file(&f.key, text, &self.chunking),
-                    )
+                    let mut chunks = chunk::chunk_file(&f.key, text, &self.chunking);
+                    for c in &mut chunks {
+                        cleaned.add(self.privacy.clean(&mut c.text));
+                        cleaned.add(self.privacy.clean(&mut c.section));
+                    }
+                    (f.key.clone(), chunks)
                 })
                 .collect();
+            if !cleaned.is_empty() {
+                tracing::info!(
+                    secrets = ?cleaned.secrets,
+                    invisible = cleaned.invisible,
+                    "redacted in the chunks of a batch"
+                );
+                crate::telemetry::secrets_redacted("ingest", &cleaned);
+            }
+            summary.secrets_redacted += cleaned.secrets_total();
+            summary.invisible_removed += cleaned.invisible;
             let n_chunks: usize = files.iter().map(|(_, c)| c.len()).sum();
             if let Some(d) = &self.dense {
                 self.write_vectors(d, &files).await?;
@@ -316,6 +344,11 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Why a file that holds credentials by its name was not indexed.
+const CREDENTIALS: &str = "credentials by name: never indexed";
+/// Why a file matched by `ingest.exclude` was not indexed.
+const EXCLUDED: &str = "matched ingest.exclude";
+
 /// Every knowledge file under the roots (respecting .gitignore and .ignore, skipping
 /// hidden files), keyed by its source path (see `Labels`); and what was skipped, why.
 ///
@@ -323,7 +356,11 @@ fn hex(bytes: &[u8]) -> String {
 /// same source path (file names that differ only in bytes that are not UTF-8, or a `\`
 /// in a name) cannot both be indexed: the second is skipped, and the summary and the log
 /// say so.
-fn walk(roots: &[PathBuf], max_bytes: u64) -> anyhow::Result<(Vec<Found>, Skipped)> {
+fn walk(
+    roots: &[PathBuf],
+    max_bytes: u64,
+    exclude: &GlobSet,
+) -> anyhow::Result<(Vec<Found>, Skipped)> {
     let mut found = Vec::new();
     let mut skipped = Vec::new();
     for root in roots {
@@ -360,6 +397,20 @@ fn walk(roots: &[PathBuf], max_bytes: u64) -> anyhow::Result<(Vec<Found>, Skippe
                 ("", r) => r.to_string(),
                 (l, r) => format!("{l}/{r}"),
             };
+            let inside = if relative.is_empty() {
+                key.as_str()
+            } else {
+                relative.as_str()
+            };
+            if privacy::files::is_credentials(inside) {
+                tracing::info!(file = ?key, "skipped: credentials by name");
+                skipped.push((key, CREDENTIALS.into()));
+                continue;
+            }
+            if exclude.is_match(inside) {
+                skipped.push((key, EXCLUDED.into()));
+                continue;
+            }
             if chunk::kind_of(&key).is_none() {
                 skipped.push((key, "not a document or source file".into()));
                 continue;
@@ -552,7 +603,7 @@ mod tests {
     use super::*;
 
     fn keys(roots: &[PathBuf]) -> (Vec<String>, Skipped) {
-        let (found, skipped) = walk(roots, 1 << 20).unwrap();
+        let (found, skipped) = walk(roots, 1 << 20, &GlobSet::empty()).unwrap();
         (found.into_iter().map(|f| f.key).collect(), skipped)
     }
 

@@ -29,6 +29,7 @@ use crate::llm::{
     ChatModel, Chunk, ChunkStream, FinishReason, Input, Message, ModelCard, Role, ToolCall,
     UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamProbe, UpstreamRequest, Usage,
 };
+use crate::privacy::{Cleaned, Privacy};
 use crate::retrieval::hybrid::{Retriever, Scored};
 use crate::sessions::{Held, Owner, SessionKey, Sessions, Turn};
 use crate::telemetry::{self, UpstreamClock};
@@ -197,6 +198,7 @@ pub struct Pipeline {
     listing: tokio::sync::Mutex<()>,
     /// The upstream's tokenizer, when it has one.
     tokens: Option<Arc<dyn TokenCounter>>,
+    privacy: Arc<Privacy>,
     /// Tokens the upstream counted per estimated token (an `f64`'s bits), learned from
     /// the prompts it counted.
     scale: std::sync::atomic::AtomicU64,
@@ -273,6 +275,8 @@ pub struct Stages {
     pub sessions: Option<Arc<Sessions>>,
     /// The upstream's tokenizer; `None`: prompts are estimated.
     pub tokens: Option<Arc<dyn TokenCounter>>,
+    /// Secrets, excluded paths and invisible characters (`[privacy]`).
+    pub privacy: Arc<Privacy>,
 }
 
 impl Pipeline {
@@ -288,8 +292,14 @@ impl Pipeline {
             upstream_models: std::sync::RwLock::default(),
             listing: tokio::sync::Mutex::new(()),
             tokens: stages.tokens,
+            privacy: stages.privacy,
             scale: std::sync::atomic::AtomicU64::new(1.0f64.to_bits()),
         }
+    }
+
+    /// The privacy rules every prompt, source and stored turn goes through.
+    pub fn privacy(&self) -> &Privacy {
+        &self.privacy
     }
 
     pub fn sessions(&self) -> Option<&Arc<Sessions>> {
@@ -341,6 +351,8 @@ impl Pipeline {
                 if !self.learn_models(&turn.request.model).await {
                     return Err(GatewayError::model_not_found(&turn.request.model));
                 }
+                let mut turn = turn;
+                self.protect_input(&mut turn.request.input);
                 let prompt_estimate = estimate_tokens(&turn.request.input);
                 let chunks = clock.time(self.chat.stream(turn.request)).await?;
                 Ok(answer_events(
@@ -370,7 +382,9 @@ impl Pipeline {
         } = turn;
         let applied = self.config.context_policy.apply(&mut editor)?;
         telemetry::context_items(&editor, applied);
-        let messages = client_messages(std::mem::replace(&mut request.input, Input::Chat(vec![])));
+        let mut messages =
+            client_messages(std::mem::replace(&mut request.input, Input::Chat(vec![])));
+        let mut cleaned = self.protect(&mut editor, &mut messages);
         let query = messages
             .iter()
             .rev()
@@ -381,7 +395,18 @@ impl Pipeline {
             owner: owner.clone(),
             id,
         });
-        let (held, history) = self.session(session, &messages, &editor).await?;
+        let (held, mut history) = self.session(session, &messages, &editor).await?;
+        for m in &mut history {
+            cleaned.add(self.privacy.clean(&mut m.content));
+        }
+        if !cleaned.is_empty() {
+            tracing::info!(
+                secrets = ?cleaned.secrets,
+                invisible = cleaned.invisible,
+                "redacted before the prompt"
+            );
+            telemetry::secrets_redacted("prompt", &cleaned);
+        }
         let conversation: Vec<Message> = history
             .iter()
             .chain(messages.iter().take(messages.len().saturating_sub(1)))
@@ -390,11 +415,19 @@ impl Pipeline {
         let Understood {
             query_type,
             use_editor,
-            hits,
+            mut hits,
             ..
         } = self
             .understand(&query, &conversation, &editor, &clock)
             .await;
+        // Indexes written before redaction (or with other rules) hold what they held.
+        let mut in_hits = Cleaned::default();
+        for hit in &mut hits {
+            in_hits.add(self.privacy.clean(&mut hit.chunk.text));
+        }
+        if !in_hits.is_empty() {
+            telemetry::secrets_redacted("knowledge", &in_hits);
+        }
         // The window is the upstream's (asked once, then known), or less when the client
         // asks for less (Ollama's num_ctx); never more.
         let window = clock.time(self.window()).await;
@@ -477,6 +510,7 @@ impl Pipeline {
             (Some(held), Some(sessions)) => Some(Memory {
                 sessions: sessions.clone(),
                 held: Some(held),
+                privacy: self.privacy.clone(),
                 question: query,
                 attached: used_items.iter().map(UsedItem::reference).collect(),
                 answer: String::new(),
@@ -916,6 +950,50 @@ impl Pipeline {
         ))
     }
 
+    /// The client's context and messages with `[privacy]` applied.
+    fn protect(&self, editor: &mut EditorContext, messages: &mut [Message]) -> Cleaned {
+        let mut texts: Vec<String> = messages
+            .iter_mut()
+            .map(|m| std::mem::take(&mut m.content))
+            .collect();
+        let protected = crate::context::protect::protect(editor, &mut texts, &self.privacy);
+        for (m, text) in messages.iter_mut().zip(texts) {
+            m.content = text;
+        }
+        protected.cleaned
+    }
+
+    /// A passthrough request's texts, cleaned.
+    fn protect_input(&self, input: &mut Input) {
+        let mut cleaned = Cleaned::default();
+        match input {
+            Input::Chat(messages) => {
+                for m in messages {
+                    cleaned.add(self.privacy.clean(&mut m.content));
+                }
+            }
+            Input::Prompt {
+                prompt,
+                suffix,
+                system,
+                ..
+            } => {
+                cleaned.add(self.privacy.clean(prompt));
+                for text in [suffix, system].into_iter().flatten() {
+                    cleaned.add(self.privacy.clean(text));
+                }
+            }
+        }
+        if !cleaned.is_empty() {
+            tracing::info!(
+                secrets = ?cleaned.secrets,
+                invisible = cleaned.invisible,
+                "redacted before the upstream"
+            );
+            telemetry::secrets_redacted("passthrough", &cleaned);
+        }
+    }
+
     fn upstream(&self, clock: Arc<UpstreamClock>) -> Upstream {
         Upstream {
             url: self.chat.base_url().to_string(),
@@ -1132,6 +1210,8 @@ struct Retry {
 /// streams: an answer that never ends cannot grow the gateway's memory.
 struct Memory {
     sessions: Arc<Sessions>,
+    /// The answer is cleaned before it is kept (a model may repeat what it was shown).
+    privacy: Arc<Privacy>,
     held: Option<Held>,
     question: String,
     /// The attached items the question came with, named (`file src/a.rs`).
@@ -1166,6 +1246,10 @@ impl Memory {
 
     fn turn(&mut self, interrupted: bool) -> Turn {
         let mut assistant = std::mem::take(&mut self.answer);
+        let cleaned = self.privacy.clean(&mut assistant);
+        if !cleaned.is_empty() {
+            telemetry::secrets_redacted("session", &cleaned);
+        }
         if self.cut {
             assistant.push_str(CUT_MARK);
         }

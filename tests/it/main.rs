@@ -42,6 +42,7 @@ mod python_clients;
 mod real_clients;
 mod real_model;
 mod real_window;
+mod secrets;
 mod security;
 mod tool_call_streams;
 mod understanding;

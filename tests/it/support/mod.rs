@@ -1108,6 +1108,12 @@ impl Gateway {
         gateway
     }
 
+    /// Keeps `data` (the settings' data_dir) alive as long as the gateway.
+    pub fn holding(mut self, data: tempfile::TempDir) -> Self {
+        self._data = Some(data);
+        self
+    }
+
     pub async fn with_settings(settings: Settings) -> Self {
         let state = assist_gateway::app::build(settings.clone()).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
