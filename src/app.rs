@@ -131,7 +131,7 @@ pub async fn ingest(
             },
             max_file_bytes: settings.ingest.max_file_bytes,
             manifest_path: target.join("manifest.json"),
-            privacy: Arc::new(settings.privacy.privacy()?),
+            privacy: Arc::new(crate::privacy::Privacy::from_settings(&settings.privacy)?),
             exclude: anyhow::Context::context(
                 crate::privacy::globs(&settings.ingest.exclude),
                 "ingest.exclude",
@@ -255,7 +255,10 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
             passthrough: a.passthrough,
             prompts,
             context_tokens: a.context_tokens,
-            context_policy: settings.context.policy(a.editor_context),
+            context_policy: crate::context::Policy::from_settings(
+                &settings.context,
+                a.editor_context,
+            ),
             answer_reserve_tokens: a.answer_reserve_tokens,
             cite_sources: a.cite_sources,
             send_num_ctx: settings.llm.provider == Provider::Ollama,
@@ -268,7 +271,7 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
             retriever: retriever.clone(),
             sessions,
             tokens: crate::llm::tokenizer_from_settings(&settings.llm)?,
-            privacy: Arc::new(settings.privacy.privacy()?),
+            privacy: Arc::new(crate::privacy::Privacy::from_settings(&settings.privacy)?),
         },
     );
     Ok(Parts {

@@ -418,16 +418,6 @@ pub struct PrivacySettings {
     pub exclude: Vec<String>,
 }
 
-impl PrivacySettings {
-    pub fn privacy(&self) -> anyhow::Result<crate::privacy::Privacy> {
-        crate::privacy::Privacy::new(
-            self.redact_secrets,
-            self.extra_rules.as_deref(),
-            &self.exclude,
-        )
-    }
-}
-
 /// The model that judges answers in `eval answers` and `POST /v1/eval`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -751,21 +741,6 @@ impl ContextSettings {
             "context.max_items_bytes",
             "must be at least context.max_item_bytes",
         )
-    }
-
-    /// The policy the pipeline applies, with `assistant.editor_context`.
-    pub fn policy(&self, editor_context: bool) -> crate::context::Policy {
-        crate::context::Policy {
-            editor: editor_context,
-            items: self.items,
-            diagnostics: self.diagnostics,
-            recent_edits: self.recent_edits,
-            max_item_bytes: self.max_item_bytes,
-            max_items_bytes: self.max_items_bytes,
-            max_items: self.max_items,
-            max_diagnostics: self.max_diagnostics,
-            max_recent_edits: self.max_recent_edits,
-        }
     }
 }
 

@@ -169,45 +169,31 @@ pub fn turn_decision(decision: &'static str, value: bool, rule: &'static str) {
     .increment(1);
 }
 
-/// The context items of a turn, by what became of them.
-pub fn context_items(
-    editor: &crate::context::EditorContext,
-    applied: crate::context::policy::Applied,
-) {
-    let attached = editor.items.iter().filter(|i| !i.from_message).count()
-        + editor
-            .diagnostics
-            .iter()
-            .filter(|d| d.item.is_some())
-            .count()
-        + editor.edits.iter().filter(|e| e.item.is_some()).count();
-    let skipped = editor.skipped;
-    for (outcome, n) in [
-        ("read", attached),
-        ("disabled", skipped.disabled),
-        ("duplicate", skipped.duplicates),
-        ("empty", skipped.empty),
-        ("cut", applied.cut),
-        ("over_limit", applied.over_count),
-        ("switched_off", applied.switched_off),
-    ] {
-        if n > 0 {
-            metrics::counter!("assist_context_items_total", "outcome" => outcome)
-                .increment(n as u64);
+/// Context items of a turn by what became of them (`read`, `disabled`, `duplicate`,
+/// `empty`, `cut`, `over_limit`, `switched_off`).
+pub fn context_items(outcomes: &[(&'static str, usize)]) {
+    for (outcome, n) in outcomes {
+        if *n > 0 {
+            metrics::counter!("assist_context_items_total", "outcome" => *outcome)
+                .increment(*n as u64);
         }
     }
 }
 
 /// Secrets redacted and invisible characters removed, by where (`ingest`, `prompt`,
 /// `source`, `session`).
-pub fn secrets_redacted(place: &'static str, cleaned: &crate::privacy::Cleaned) {
-    for (kind, n) in &cleaned.secrets {
+pub fn secrets_redacted<'k>(
+    place: &'static str,
+    secrets: impl IntoIterator<Item = (&'k String, &'k usize)>,
+    invisible: usize,
+) {
+    for (kind, n) in secrets {
         metrics::counter!("assist_secrets_redacted_total", "kind" => kind.clone(), "where" => place)
             .increment(*n as u64);
     }
-    if cleaned.invisible > 0 {
+    if invisible > 0 {
         metrics::counter!("assist_invisible_characters_removed_total", "where" => place)
-            .increment(cleaned.invisible as u64);
+            .increment(invisible as u64);
     }
 }
 

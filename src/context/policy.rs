@@ -47,7 +47,45 @@ pub struct Applied {
     pub switched_off: usize,
 }
 
+impl Applied {
+    /// Counts a turn's context items in the metrics, by what became of them.
+    pub fn count(&self, editor: &EditorContext) {
+        let attached = editor.items.iter().filter(|i| !i.from_message).count()
+            + editor
+                .diagnostics
+                .iter()
+                .filter(|d| d.item.is_some())
+                .count()
+            + editor.edits.iter().filter(|e| e.item.is_some()).count();
+        let skipped = editor.skipped;
+        crate::telemetry::context_items(&[
+            ("read", attached),
+            ("disabled", skipped.disabled),
+            ("duplicate", skipped.duplicates),
+            ("empty", skipped.empty),
+            ("cut", self.cut),
+            ("over_limit", self.over_count),
+            ("switched_off", self.switched_off),
+        ]);
+    }
+}
+
 impl Policy {
+    /// The policy of `[context]`, with `assistant.editor_context`.
+    pub fn from_settings(s: &crate::config::ContextSettings, editor_context: bool) -> Self {
+        Self {
+            editor: editor_context,
+            items: s.items,
+            diagnostics: s.diagnostics,
+            recent_edits: s.recent_edits,
+            max_item_bytes: s.max_item_bytes,
+            max_items_bytes: s.max_items_bytes,
+            max_items: s.max_items,
+            max_diagnostics: s.max_diagnostics,
+            max_recent_edits: s.max_recent_edits,
+        }
+    }
+
     /// Applies the switches and limits to `ctx`; a request whose items are larger than
     /// `max_items_bytes` is refused.
     pub fn apply(&self, ctx: &mut EditorContext) -> Result<Applied, GatewayError> {

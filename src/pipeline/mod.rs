@@ -381,7 +381,7 @@ impl Pipeline {
             mut editor,
         } = turn;
         let applied = self.config.context_policy.apply(&mut editor)?;
-        telemetry::context_items(&editor, applied);
+        applied.count(&editor);
         let mut messages =
             client_messages(std::mem::replace(&mut request.input, Input::Chat(vec![])));
         let mut cleaned = self.protect(&mut editor, &mut messages);
@@ -405,7 +405,7 @@ impl Pipeline {
                 invisible = cleaned.invisible,
                 "redacted before the prompt"
             );
-            telemetry::secrets_redacted("prompt", &cleaned);
+            cleaned.count("prompt");
         }
         let conversation: Vec<Message> = history
             .iter()
@@ -426,7 +426,7 @@ impl Pipeline {
             in_hits.add(self.privacy.clean(&mut hit.chunk.text));
         }
         if !in_hits.is_empty() {
-            telemetry::secrets_redacted("knowledge", &in_hits);
+            in_hits.count("knowledge");
         }
         // The window is the upstream's (asked once, then known), or less when the client
         // asks for less (Ollama's num_ctx); never more.
@@ -990,7 +990,7 @@ impl Pipeline {
                 invisible = cleaned.invisible,
                 "redacted before the upstream"
             );
-            telemetry::secrets_redacted("passthrough", &cleaned);
+            cleaned.count("passthrough");
         }
     }
 
@@ -1248,7 +1248,7 @@ impl Memory {
         let mut assistant = std::mem::take(&mut self.answer);
         let cleaned = self.privacy.clean(&mut assistant);
         if !cleaned.is_empty() {
-            telemetry::secrets_redacted("session", &cleaned);
+            cleaned.count("session");
         }
         if self.cut {
             assistant.push_str(CUT_MARK);

@@ -38,6 +38,12 @@ impl Cleaned {
     pub fn is_empty(&self) -> bool {
         self.secrets.is_empty() && self.invisible == 0
     }
+
+    /// Counts what was found in the metrics, by where (`ingest`, `prompt`, `knowledge`,
+    /// `passthrough`, `session`, `source`).
+    pub fn count(&self, place: &'static str) {
+        crate::telemetry::secrets_redacted(place, &self.secrets, self.invisible);
+    }
 }
 
 /// The privacy rules of one gateway.
@@ -60,6 +66,11 @@ impl Privacy {
             secrets,
             exclude: globs(exclude).context("privacy.exclude")?,
         })
+    }
+
+    /// The rules of `[privacy]`.
+    pub fn from_settings(s: &crate::config::PrivacySettings) -> anyhow::Result<Self> {
+        Self::new(s.redact_secrets, s.extra_rules.as_deref(), &s.exclude)
     }
 
     /// Invisible characters stripped and secrets redacted, in place.

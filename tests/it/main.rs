@@ -32,6 +32,7 @@ mod hostile;
 mod ingest_roots;
 mod ingest_scale;
 mod knowledge;
+mod layers;
 mod logs;
 mod mcp;
 mod metrics;
