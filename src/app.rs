@@ -259,6 +259,14 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
                 &settings.context,
                 a.editor_context,
             ),
+            completion_model: if settings.completion.model.trim().is_empty() {
+                settings.llm.model.clone()
+            } else {
+                settings.completion.model.trim().to_string()
+            },
+            completion_template: settings.completion.template.clone(),
+            completion_context_chars: settings.completion.context_tokens * 4,
+            completion_deadline: Duration::from_millis(settings.completion.deadline_ms),
             answer_reserve_tokens: a.answer_reserve_tokens,
             cite_sources: a.cite_sources,
             send_num_ctx: settings.llm.provider == Provider::Ollama,

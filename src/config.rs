@@ -25,6 +25,7 @@ pub struct Settings {
     pub assistant: AssistantSettings,
     pub context: ContextSettings,
     pub privacy: PrivacySettings,
+    pub completion: CompletionSettings,
     pub classifier: ClassifierSettings,
     pub reformulator: ReformulatorSettings,
     pub sessions: SessionSettings,
@@ -403,6 +404,21 @@ pub struct IngestSettings {
     /// Globs of files never indexed, beside `.gitignore`'s.
     #[serde(deserialize_with = "list_or_comma_string")]
     pub exclude: Vec<String>,
+}
+
+/// Fill-in-the-middle completion (`[completion]`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionSettings {
+    /// The upstream model that completes code; empty = `llm.model`.
+    pub model: String,
+    /// `auto` (from the model's name) or a family: qwen, codellama, deepseek, starcoder,
+    /// codestral, codegemma.
+    pub template: String,
+    /// Tokens of repository snippets in a completion prompt (0: none).
+    pub context_tokens: usize,
+    /// Longest wait for the repository search, in milliseconds.
+    pub deadline_ms: u64,
 }
 
 /// Secrets and excluded paths (`[privacy]`).

@@ -8,6 +8,7 @@
 
 pub mod assemble;
 pub mod classify;
+pub mod fill;
 pub mod prompts;
 pub mod reformulate;
 pub mod understand;
@@ -256,6 +257,12 @@ pub struct PipelineConfig {
     pub context_tokens: u32,
     /// What of the client's context a turn may use.
     pub context_policy: crate::context::Policy,
+    /// Fill-in-the-middle: the model, its template setting, the repository snippets'
+    /// room (characters) and the search's deadline.
+    pub completion_model: String,
+    pub completion_template: String,
+    pub completion_context_chars: usize,
+    pub completion_deadline: Duration,
     pub answer_reserve_tokens: u32,
     pub cite_sources: bool,
     /// Send the budgeted window as Ollama's `options.num_ctx`.
@@ -362,6 +369,7 @@ impl Pipeline {
                     None,
                 ))
             }
+            Route::Assistant if is_fill(&turn.request.input) => self.run_fill(turn, clock).await,
             Route::Assistant => self.run_assistant(turn, owner, clock).await,
         }
     }
@@ -950,6 +958,107 @@ impl Pipeline {
         ))
     }
 
+    /// Fill-in-the-middle: the completion model's FIM prompt with repository snippets,
+    /// sent raw; the middle ended by the gateway's rules (see `fill`). No classifier, no
+    /// reformulator, no session: this path is about latency.
+    async fn run_fill(
+        &self,
+        turn: ChatTurn,
+        clock: Arc<UpstreamClock>,
+    ) -> Result<EventStream, GatewayError> {
+        let started = Instant::now();
+        let mut request = turn.request;
+        let Input::Prompt {
+            prompt,
+            suffix,
+            system,
+            ..
+        } = &mut request.input
+        else {
+            return Err(GatewayError::internal("a completion without a prompt"));
+        };
+        let mut suffix = match suffix.take() {
+            Some(s) => s,
+            None => {
+                let (p, s) = fill::split_templated(prompt).unwrap_or_default();
+                *prompt = p;
+                s
+            }
+        };
+        let mut cleaned = self.privacy.clean(prompt);
+        cleaned.add(self.privacy.clean(&mut suffix));
+        if let Some(system) = system.as_mut() {
+            cleaned.add(self.privacy.clean(system));
+        }
+        if !cleaned.is_empty() {
+            cleaned.count("completion");
+        }
+        let prefix = prompt.clone();
+        request.model = self.config.completion_model.clone();
+        let Some(template) =
+            fill::Template::choose(&self.config.completion_template, &request.model)
+        else {
+            // A family the gateway does not know: the upstream's own FIM (Ollama renders
+            // the model's template with the suffix).
+            if let Input::Prompt { suffix: s, .. } = &mut request.input {
+                *s = Some(suffix);
+            }
+            let estimate = estimate_tokens(&request.input);
+            let chunks = clock.time(self.chat.stream(request)).await?;
+            return Ok(answer_events(chunks, self.upstream(clock), estimate, None));
+        };
+        let repo = if self.config.completion_context_chars == 0 {
+            Vec::new()
+        } else {
+            let query = fill::query(&prefix, &suffix);
+            let search = self
+                .retriever
+                .search(&query, crate::retrieval::hybrid::Mode::Lexical);
+            match tokio::time::timeout(self.config.completion_deadline, search).await {
+                Ok(Ok(hits)) => fill::repository(
+                    &hits,
+                    &prefix,
+                    &suffix,
+                    self.config.completion_context_chars,
+                ),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %format!("{e:#}"), "completion: the repository search failed");
+                    Vec::new()
+                }
+                Err(_) => {
+                    tracing::info!("completion: the repository search missed its deadline");
+                    Vec::new()
+                }
+            }
+        };
+        let text = template.render(&prefix, &suffix, &repo);
+        tracing::info!(
+            stage = "fill",
+            ms = ms(started),
+            template = ?template,
+            prefix_chars = prefix.len(),
+            suffix_chars = suffix.len(),
+            snippets = repo.len(),
+            "stage"
+        );
+        request.input = Input::Prompt {
+            prompt: text,
+            suffix: None,
+            system: None,
+            raw: true,
+            images: Vec::new(),
+        };
+        for stop in template.stops() {
+            if !request.params.stop.iter().any(|s| s == stop) {
+                request.params.stop.push((*stop).to_string());
+            }
+        }
+        let estimate = estimate_tokens(&request.input);
+        let chunks = clock.time(self.chat.stream(request)).await?;
+        let events = answer_events(chunks, self.upstream(clock), estimate, None);
+        Ok(ended(events, fill::Ender::new(template, &prefix, &suffix)))
+    }
+
     /// The client's context and messages with `[privacy]` applied.
     fn protect(&self, editor: &mut EditorContext, messages: &mut [Message]) -> Cleaned {
         let mut texts: Vec<String> = messages
@@ -1419,6 +1528,54 @@ fn client_messages(input: Input) -> Vec<Message> {
             out
         }
     }
+}
+
+/// A completion request with a suffix: fill-in-the-middle.
+fn is_fill(input: &Input) -> bool {
+    matches!(
+        input,
+        Input::Prompt {
+            suffix: Some(_),
+            ..
+        }
+    )
+}
+
+/// A completion's events, the middle cut where `ender` says it ends (then the upstream
+/// request is dropped, which cancels it); what could still turn into an end is held back
+/// until it is known not to.
+fn ended(mut events: EventStream, ender: fill::Ender) -> EventStream {
+    Box::pin(async_stream::stream! {
+        let mut text = String::new();
+        let mut sent = 0;
+        while let Some(event) = events.next().await {
+            match event {
+                Event::Delta(piece) => {
+                    text.push_str(&piece);
+                    if let Some(end) = ender.end(&text) {
+                        if end > sent {
+                            yield Event::Delta(text[sent..end].to_string());
+                        }
+                        yield Event::Done { finish: FinishReason::Stop, usage: Usage::default() };
+                        return;
+                    }
+                    let safe = ender.safe(&text);
+                    if safe > sent {
+                        yield Event::Delta(text[sent..safe].to_string());
+                        sent = safe;
+                    }
+                }
+                Event::Done { finish, usage } => {
+                    if text.len() > sent {
+                        yield Event::Delta(text[sent..].to_string());
+                    }
+                    yield Event::Done { finish, usage };
+                    return;
+                }
+                other => yield other,
+            }
+        }
+    })
 }
 
 /// Ollama's `keep_alive` as configured: a number of seconds (`-1`: for ever, `0`: unload

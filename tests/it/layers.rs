@@ -47,7 +47,12 @@ fn every_module_depends_only_on_lower_layers() {
     let mut unknown = Vec::new();
     for file in &files {
         let relative = file.strip_prefix(&src).unwrap();
-        let first = relative.components().next().unwrap().as_os_str().to_string_lossy();
+        let first = relative
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
         let module = first.trim_end_matches(".rs").to_string();
         if matches!(module.as_str(), "lib" | "main") {
             continue;
@@ -84,5 +89,9 @@ fn every_module_depends_only_on_lower_layers() {
     unknown.sort();
     unknown.dedup();
     assert!(unknown.is_empty(), "modules without a layer: {unknown:?}");
-    assert!(wrong.is_empty(), "dependencies that point up:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "dependencies that point up:\n{}",
+        wrong.join("\n")
+    );
 }

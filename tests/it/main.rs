@@ -17,6 +17,7 @@ mod any_body;
 mod assistant;
 mod citations;
 mod classifier;
+mod completion;
 mod context_items;
 mod continue_cli;
 mod embedder_name;

@@ -1,0 +1,411 @@
+//! Fill-in-the-middle for the assistant's completion model: a completion request with a
+//! `suffix` becomes the model family's FIM prompt (with snippets of the repository in the
+//! template's repository form when there are any), sent raw; the middle is ended where it
+//! should be: at the template's end tokens, where the model starts writing the suffix's
+//! next line again, and at the end of the line for a completion inside a line.
+
+use crate::retrieval::hybrid::Scored;
+
+/// A model family's FIM format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Template {
+    /// Qwen2.5-Coder (and Granite, CodeGemma-like pipes): `<|fim_prefix|>…`.
+    Qwen,
+    /// CodeLlama: `<PRE> … <SUF>… <MID>`.
+    CodeLlama,
+    /// DeepSeek-Coder: `<｜fim▁begin｜>…`.
+    DeepSeek,
+    /// StarCoder, StarCoder2 and their kin: `<fim_prefix>…`.
+    StarCoder,
+    /// Codestral: suffix first, `[SUFFIX]…[PREFIX]…`.
+    Codestral,
+    /// CodeGemma: Qwen's markers, its own separators and end tokens.
+    CodeGemma,
+}
+
+impl Template {
+    /// `completion.template`: a name, or `auto` to tell it from the model's name.
+    pub fn choose(setting: &str, model: &str) -> Option<Self> {
+        match setting.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Self::of_model(model),
+            "qwen" => Some(Self::Qwen),
+            "codellama" => Some(Self::CodeLlama),
+            "deepseek" => Some(Self::DeepSeek),
+            "starcoder" => Some(Self::StarCoder),
+            "codestral" => Some(Self::Codestral),
+            "codegemma" => Some(Self::CodeGemma),
+            _ => None,
+        }
+    }
+
+    /// The family a model's name says (`qwen2.5-coder:1.5b`, `codellama:7b-code`, …).
+    pub fn of_model(model: &str) -> Option<Self> {
+        let m = model.to_ascii_lowercase();
+        if m.contains("codegemma") {
+            Some(Self::CodeGemma)
+        } else if m.contains("qwen") || m.contains("granite") {
+            Some(Self::Qwen)
+        } else if m.contains("codellama") || m.contains("code-llama") {
+            Some(Self::CodeLlama)
+        } else if m.contains("deepseek") {
+            Some(Self::DeepSeek)
+        } else if m.contains("starcoder") || m.contains("stable-code") || m.contains("santacoder") {
+            Some(Self::StarCoder)
+        } else if m.contains("codestral") {
+            Some(Self::Codestral)
+        } else {
+            None
+        }
+    }
+
+    /// Strings that end the middle.
+    pub fn stops(self) -> &'static [&'static str] {
+        match self {
+            Self::Qwen => &[
+                "<|endoftext|>",
+                "<|fim_prefix|>",
+                "<|fim_middle|>",
+                "<|fim_suffix|>",
+                "<|fim_pad|>",
+                "<|repo_name|>",
+                "<|file_sep|>",
+                "<|im_start|>",
+                "<|im_end|>",
+            ],
+            Self::CodeLlama => &["<EOT>", "<PRE>", "<SUF>", "<MID>"],
+            Self::DeepSeek => &[
+                "<｜end▁of▁sentence｜>",
+                "<｜fim▁begin｜>",
+                "<｜fim▁hole｜>",
+                "<｜fim▁end｜>",
+            ],
+            Self::StarCoder => &[
+                "<|endoftext|>",
+                "<file_sep>",
+                "<fim_prefix>",
+                "<fim_suffix>",
+                "<fim_middle>",
+            ],
+            Self::Codestral => &["</s>", "[PREFIX]", "[SUFFIX]"],
+            Self::CodeGemma => &[
+                "<|file_separator|>",
+                "<|fim_prefix|>",
+                "<|fim_suffix|>",
+                "<|fim_middle|>",
+                "<end_of_turn>",
+                "<eos>",
+            ],
+        }
+    }
+
+    /// The prompt for the middle between `prefix` and `suffix`, with `repo` (path, code)
+    /// snippets before the current file when the template has a place for them.
+    pub fn render(self, prefix: &str, suffix: &str, repo: &[(String, String)]) -> String {
+        match self {
+            Self::Qwen => {
+                let mut s = String::new();
+                if !repo.is_empty() {
+                    s.push_str("<|repo_name|>repository\n");
+                    for (path, code) in repo {
+                        s.push_str(&format!("<|file_sep|>{path}\n{}\n", code.trim_end()));
+                    }
+                    s.push_str("<|file_sep|>current\n");
+                }
+                s.push_str(&format!(
+                    "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>"
+                ));
+                s
+            }
+            Self::StarCoder => {
+                let mut s = String::new();
+                if !repo.is_empty() {
+                    s.push_str("<repo_name>repository");
+                    for (path, code) in repo {
+                        s.push_str(&format!("<file_sep>{path}\n{}\n", code.trim_end()));
+                    }
+                    s.push_str("<file_sep>");
+                }
+                s.push_str(&format!(
+                    "<fim_prefix>{prefix}<fim_suffix>{suffix}<fim_middle>"
+                ));
+                s
+            }
+            Self::CodeGemma => {
+                let mut s = String::new();
+                for (path, code) in repo {
+                    s.push_str(&format!("<|file_separator|>{path}\n{}\n", code.trim_end()));
+                }
+                if !repo.is_empty() {
+                    s.push_str("<|file_separator|>current\n");
+                }
+                s.push_str(&format!(
+                    "<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>"
+                ));
+                s
+            }
+            // Repository context as comments in the prefix, each file headed by its path.
+            Self::CodeLlama | Self::DeepSeek | Self::Codestral => {
+                let mut head = String::new();
+                for (path, code) in repo {
+                    head.push_str(&format!("// {path}\n{}\n\n", code.trim_end()));
+                }
+                let prefix = format!("{head}{prefix}");
+                match self {
+                    Self::CodeLlama => format!("<PRE> {prefix} <SUF>{suffix} <MID>"),
+                    Self::DeepSeek => {
+                        format!("<｜fim▁begin｜>{prefix}<｜fim▁hole｜>{suffix}<｜fim▁end｜>")
+                    }
+                    _ => format!("[SUFFIX]{suffix}[PREFIX]{prefix}"),
+                }
+            }
+        }
+    }
+}
+
+/// Where the middle of a completion ends, by the gateway's own rules.
+#[derive(Debug, Clone)]
+pub struct Ender {
+    stops: &'static [&'static str],
+    /// The suffix's next non-empty line, trimmed: the model writing it again has passed
+    /// the middle.
+    suffix_line: String,
+    /// The cursor is inside a line (text after it on the line): one line only.
+    single_line: bool,
+}
+
+impl Ender {
+    pub fn new(template: Template, prefix: &str, suffix: &str) -> Self {
+        let rest_of_line = suffix.split('\n').next().unwrap_or_default();
+        let line_before = prefix.rsplit('\n').next().unwrap_or_default();
+        let single_line = !rest_of_line.trim().is_empty() && !line_before.trim().is_empty();
+        let suffix_line = suffix
+            .lines()
+            // Inside a line the suffix's first line is the rest of the cursor's line;
+            // at the start of one it is the next line.
+            .skip(usize::from(single_line))
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or_default()
+            .to_string();
+        Self {
+            stops: template.stops(),
+            suffix_line,
+            single_line,
+        }
+    }
+
+    /// Where `text` (the middle so far) ends, if it has ended.
+    pub fn end(&self, text: &str) -> Option<usize> {
+        let mut end = self.stops.iter().filter_map(|s| text.find(s)).min();
+        if self.single_line {
+            if let Some(nl) = text.find('\n') {
+                end = Some(end.map_or(nl, |e| e.min(nl)));
+            }
+        }
+        if self.suffix_line.chars().count() >= 3 {
+            let mut at = 0;
+            for line in text.split_inclusive('\n') {
+                if line.ends_with('\n') && line.trim() == self.suffix_line {
+                    end = Some(end.map_or(at, |e| e.min(at)));
+                    break;
+                }
+                at += line.len();
+            }
+        }
+        end
+    }
+
+    /// How much of `text` may be sent now: all but what could still turn into an end
+    /// (the start of a stop string, or a line that may become the suffix's line).
+    pub fn safe(&self, text: &str) -> usize {
+        let mut keep = text.len();
+        for stop in self.stops {
+            for n in (1..stop.len()).rev() {
+                if let Some(head) = stop.get(..n) {
+                    if text.ends_with(head) {
+                        keep = keep.min(text.len() - n);
+                        break;
+                    }
+                }
+            }
+        }
+        let line_start = text.rfind('\n').map_or(0, |i| i + 1);
+        let current = text[line_start..].trim_start();
+        if !self.suffix_line.is_empty() && self.suffix_line.starts_with(current) {
+            keep = keep.min(line_start);
+        }
+        keep
+    }
+}
+
+/// The prefix and suffix of a prompt a client already wrote in a FIM template (continue's
+/// OpenAI provider does, in StarCoder's form for a model name it does not know), to be
+/// written again in the completion model's own.
+pub fn split_templated(prompt: &str) -> Option<(String, String)> {
+    const MARKERS: [(&str, &str, &str); 4] = [
+        ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
+        ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
+        ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),
+        ("<PRE> ", " <SUF>", " <MID>"),
+    ];
+    for (pre, suf, mid) in MARKERS {
+        let Some(at) = prompt.find(pre) else {
+            continue;
+        };
+        let after = &prompt[at + pre.len()..];
+        let s = after.find(suf)?;
+        let rest = &after[s + suf.len()..];
+        let m = rest.find(mid)?;
+        if rest[m + mid.len()..].trim().is_empty() {
+            return Some((after[..s].to_string(), rest[..m].to_string()));
+        }
+    }
+    None
+}
+
+/// Snippets of the repository for the prompt: the hits' code, best first, within
+/// `max_chars`, leaving out what the prefix or suffix already holds (the file being edited).
+pub fn repository(
+    hits: &[Scored],
+    prefix: &str,
+    suffix: &str,
+    max_chars: usize,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut used = 0;
+    for hit in hits {
+        let code = hit.chunk.text.trim();
+        let probe: String = code
+            .lines()
+            .find(|l| l.trim().len() >= 12)
+            .unwrap_or(code)
+            .trim()
+            .to_string();
+        if code.is_empty() || prefix.contains(&probe) || suffix.contains(&probe) {
+            continue;
+        }
+        // What fits of it, whole lines first.
+        let room = max_chars.saturating_sub(used);
+        if room < 80 {
+            break;
+        }
+        let mut code = code;
+        if code.len() > room {
+            let mut end = room;
+            while !code.is_char_boundary(end) {
+                end -= 1;
+            }
+            code = code[..end]
+                .rfind('\n')
+                .map_or(&code[..end], |nl| &code[..nl]);
+        }
+        used += code.len();
+        out.push((hit.chunk.source_file.clone(), code.to_string()));
+    }
+    out
+}
+
+/// The search for repository context: the identifiers nearest the cursor (the prefix's
+/// last lines and the suffix's first).
+pub fn query(prefix: &str, suffix: &str) -> String {
+    let before: Vec<&str> = prefix.lines().rev().take(4).collect();
+    let after = suffix.lines().next().unwrap_or_default();
+    let mut words: Vec<String> = Vec::new();
+    for text in before.iter().rev().copied().chain([after]) {
+        for w in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            if w.len() >= 3
+                && !w.chars().all(|c| c.is_ascii_digit())
+                && !words.iter().any(|x| x == w)
+            {
+                words.push(w.to_string());
+            }
+        }
+    }
+    words.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_by_family() {
+        assert_eq!(
+            Template::choose("auto", "qwen2.5-coder:0.5b"),
+            Some(Template::Qwen)
+        );
+        assert_eq!(
+            Template::choose("auto", "codellama:7b-code"),
+            Some(Template::CodeLlama)
+        );
+        assert_eq!(
+            Template::choose("starcoder", "anything"),
+            Some(Template::StarCoder)
+        );
+        assert_eq!(Template::choose("auto", "smollm2"), None);
+        assert_eq!(
+            Template::Qwen.render("def f():\n    ", "\n    return x\n", &[]),
+            "<|fim_prefix|>def f():\n    <|fim_suffix|>\n    return x\n<|fim_middle|>"
+        );
+        let repo = vec![(
+            "lib/util.py".to_string(),
+            "def helper(): pass\n".to_string(),
+        )];
+        assert_eq!(
+            Template::Qwen.render("a", "b", &repo),
+            "<|repo_name|>repository\n<|file_sep|>lib/util.py\ndef helper(): pass\n<|file_sep|>current\n<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|>"
+        );
+        assert_eq!(
+            Template::CodeLlama.render("a", "b", &[]),
+            "<PRE> a <SUF>b <MID>"
+        );
+        assert_eq!(
+            Template::Codestral.render("a", "b", &[]),
+            "[SUFFIX]b[PREFIX]a"
+        );
+    }
+
+    #[test]
+    fn the_middle_ends_where_it_should() {
+        // Inside a line: one line.
+        let e = Ender::new(Template::Qwen, "x = compute(", ")\nprint(x)\n");
+        assert_eq!(e.end("a, b)\nmore"), Some(5));
+        // A block: until the model writes the suffix's next line again.
+        let e = Ender::new(Template::Qwen, "def f(a):\n", "    return total\n");
+        let text = "    total = a * 2\n    return total\n";
+        assert_eq!(e.end(text), Some("    total = a * 2\n".len()));
+        assert_eq!(
+            e.safe("    total = a * 2\n    ret"),
+            "    total = a * 2\n".len()
+        );
+        // End tokens, also split across pieces.
+        assert_eq!(e.end("x = 1<|endoftext|>junk"), Some(5));
+        assert_eq!(e.safe("x = 1<|endo"), 5);
+        assert_eq!(e.end("x = 1"), None);
+    }
+
+    #[test]
+    fn prompts_written_in_a_template_are_read_back() {
+        assert_eq!(
+            split_templated("<fim_prefix>def f():\n<fim_suffix>\n<fim_middle>"),
+            Some(("def f():\n".to_string(), "\n".to_string()))
+        );
+        assert_eq!(
+            split_templated("<|repo_name|>r\n<|file_sep|>a.py\n<|fim_prefix|>x = <|fim_suffix|>\n<|fim_middle|>"),
+            Some(("x = ".to_string(), "\n".to_string()))
+        );
+        assert_eq!(split_templated("How do I configure retries?"), None);
+    }
+
+    #[test]
+    fn the_query_is_the_identifiers_near_the_cursor() {
+        let q = query(
+            "import os\n\ndef load(path):\n    data = read_config(",
+            ")\n",
+        );
+        assert!(
+            q.contains("read_config") && q.contains("load") && q.contains("path"),
+            "{q}"
+        );
+    }
+}

@@ -1,0 +1,146 @@
+//! Fill-in-the-middle through the gateway, as continue sends it (`/api/generate` and
+//! `/v1/completions` with a `suffix`), asserted on what the scripted upstream receives (the
+//! completion model's FIM prompt, raw, with its end tokens as stops and repository
+//! snippets) and on the middle the client gets (ended where it should be); `/api/show`
+//! says the assistant fills in the middle; an abandoned completion stops the upstream.
+
+use std::time::{Duration, Instant};
+
+use assist_gateway::config::Provider;
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+fn qwen(s: &mut assist_gateway::config::Settings) {
+    s.completion.template = "qwen".into();
+}
+
+#[tokio::test]
+async fn a_block_gets_the_models_fim_prompt_and_ends_before_the_suffix() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, qwen).await;
+    up.push(Reply::tokens(&[
+        "    total = a",
+        " * 2\n",
+        "    return total\n",
+        "def junk():\n",
+    ]));
+    let (status, _, text) = post(
+        &gw.url("/api/generate"),
+        json!({"model": "brunix", "stream": false, "prompt": "def double(a):\n",
+            "suffix": "    return total\n", "options": {"temperature": 0.2, "num_predict": 64}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["response"], "    total = a * 2\n");
+    let sent = up.last_request().body;
+    assert_eq!(
+        sent["prompt"],
+        "<|fim_prefix|>def double(a):\n<|fim_suffix|>    return total\n<|fim_middle|>"
+    );
+    assert_eq!(sent["raw"], true);
+    assert!(sent.get("suffix").is_none(), "{sent}");
+    let stops = sent["options"]["stop"].as_array().unwrap();
+    assert!(stops.contains(&json!("<|endoftext|>")) && stops.contains(&json!("<|file_sep|>")));
+    assert_eq!(sent["options"]["temperature"], 0.2);
+    // No classifier, no search for the question: one upstream request.
+    assert_eq!(
+        up.requests()
+            .iter()
+            .filter(|r| r.path.contains("generate") || r.path.contains("chat"))
+            .count(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn inside_a_line_the_middle_is_one_line_streamed_over_openai() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Openai, qwen).await;
+    up.push(Reply::tokens(&["a, ", "b", "\nprint(", "y)\n"]));
+    let response = client()
+        .post(gw.url("/v1/completions"))
+        .json(
+            &json!({"model": "brunix", "stream": true, "prompt": "x = compute(",
+            "suffix": ")\nprint(x)\n", "max_tokens": 32}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.unwrap();
+    let text: String = sse_events(&body)
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|v| v["choices"][0]["text"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(text, "a, b");
+    let sent = up.last_request().body;
+    assert_eq!(
+        sent["prompt"],
+        "<|fim_prefix|>x = compute(<|fim_suffix|>)\nprint(x)\n<|fim_middle|>"
+    );
+    assert_eq!(sent["max_tokens"], 32);
+}
+
+#[tokio::test]
+async fn repository_snippets_near_the_cursor_come_in_the_templates_repository_form() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::with_knowledge(&up, Provider::Ollama, qwen).await;
+    up.push(Reply::tokens(&["\"BRISA_PORT\")\n"]));
+    let (status, _, text) = post(
+        &gw.url("/api/generate"),
+        json!({"model": "brunix", "stream": false,
+            "prompt": "# read the server port from the environment variable\nport = getenv(",
+            "suffix": "\nserve(port)\n"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let prompt = up.last_request().body["prompt"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        prompt.starts_with("<|repo_name|>repository\n<|file_sep|>"),
+        "{prompt}"
+    );
+    assert!(prompt.ends_with("<|file_sep|>current\n<|fim_prefix|># read the server port from the environment variable\nport = getenv(<|fim_suffix|>\nserve(port)\n<|fim_middle|>"), "{prompt}");
+}
+
+#[tokio::test]
+async fn ollama_show_says_the_assistant_fills_in_the_middle() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
+    let (status, _, text) = post(&gw.url("/api/show"), json!({"model": "brunix"})).await;
+    assert_eq!(status, 200, "{text}");
+    let show: Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        show["template"].as_str().unwrap().contains(".Suffix"),
+        "{show}"
+    );
+}
+
+#[tokio::test]
+async fn an_abandoned_completion_stops_the_upstream() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, qwen).await;
+    up.push(Reply::Endless(Duration::from_millis(5)));
+    let mut response = client()
+        .post(gw.url("/api/generate"))
+        .json(
+            &json!({"model": "brunix", "stream": true, "prompt": "fn main() {\n", "suffix": "}\n"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    read_some(&mut response, 1).await;
+    let dropped = Instant::now();
+    drop(response);
+    assert!(
+        eventually(5, || up.cancelled() == 1).await,
+        "the upstream request was not cancelled"
+    );
+    let took = dropped.elapsed();
+    assert!(took < Duration::from_secs(1), "cancelled after {took:?}");
+}
