@@ -13,6 +13,7 @@
 mod support;
 
 mod access;
+mod anthropic_api;
 mod any_body;
 mod assistant;
 mod citations;
@@ -41,6 +42,7 @@ mod python_clients;
 mod real_clients;
 mod real_model;
 mod real_window;
+mod responses_api;
 mod security;
 mod tool_call_streams;
 mod understanding;
