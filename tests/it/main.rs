@@ -13,6 +13,8 @@
 mod support;
 
 mod access;
+mod agent_clients;
+mod agent_clis;
 mod anthropic_api;
 mod any_body;
 mod assistant;
