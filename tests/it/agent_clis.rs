@@ -14,14 +14,22 @@ use serde_json::{json, Value};
 
 const KEY: &str = "sk-agent";
 
-async fn run(mut command: tokio::process::Command, what: &str) -> (bool, String, String) {
+async fn run(command: tokio::process::Command, what: &str) -> (bool, String, String) {
+    run_within(command, what, 120).await
+}
+
+async fn run_within(
+    mut command: tokio::process::Command,
+    what: &str,
+    secs: u64,
+) -> (bool, String, String) {
     let child = command
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), child)
+    let out = tokio::time::timeout(Duration::from_secs(secs), child)
         .await
-        .unwrap_or_else(|_| panic!("{what} finished within 120 s"))
+        .unwrap_or_else(|_| panic!("{what} finished within {secs} s"))
         .unwrap_or_else(|e| panic!("{what} runs: {e}"));
     (
         out.status.success(),
@@ -271,4 +279,59 @@ fn shell_call(tools: &[Value]) -> (String, Value) {
         }
     }
     panic!("Codex offered no shell tool: {names:?}");
+}
+
+/// A plain question from Claude Code to the assistant on the real model (llama.cpp's
+/// server): the pipeline fits Claude Code's long system prompt (about 4,000 tokens) and
+/// tool list (31,000 characters, left out when they do not fit) into the model's window,
+/// and the model's answer reaches `claude -p`'s result. Claude Code asks for 32,000
+/// tokens by default; CLAUDE_CODE_MAX_OUTPUT_TOKENS keeps a small model's answer short
+/// (a `max_tokens` stop is an error to Claude Code). The first prompt is read cold: about
+/// a minute on two cores.
+#[tokio::test]
+async fn claude_code_asks_the_assistant_on_the_real_model() {
+    let Some(program) = installed("ASSIST_CLAUDE", "the Claude Code test") else {
+        return;
+    };
+    let (Ok(python), Ok(gguf)) = (
+        std::env::var("ASSIST_MODEL_PYTHON"),
+        std::env::var("ASSIST_MODEL_GGUF"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the real-model tests: use scripts/test.sh"
+        );
+        eprintln!("SKIPPED: the model server is not installed; run scripts/test.sh");
+        return;
+    };
+    let model = crate::real_model::start_model_server_with_window(&python, &gguf, 8192).await;
+    let up = ScriptedUpstream::start().await; // unused: the gateway talks to the model server
+    let gw = Gateway::start(&up, Provider::Openai, |s| {
+        s.llm.base_url = format!("http://127.0.0.1:{}/v1", model.port);
+        s.llm.model = crate::real_model::MODEL.into();
+        s.llm.first_byte_timeout = Duration::from_secs(240);
+        s.assistant.context_tokens = 8192;
+        s.assistant.answer_reserve_tokens = 256;
+        s.server.api_keys = vec![KEY.into()];
+    })
+    .await;
+    let home = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let mut command = claude(
+        &program,
+        home.path(),
+        work.path(),
+        &gw.url(""),
+        "brunix",
+        "In one sentence: what is a closure?",
+    );
+    command.env("CLAUDE_CODE_MAX_OUTPUT_TOKENS", "1024");
+    let (ok, stdout, stderr) = run_within(command, "claude", 400).await;
+    assert!(ok, "claude failed\nstdout: {stdout}\nstderr: {stderr}");
+    let result: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|_| panic!("claude's JSON result: {stdout}\n{stderr}"));
+    assert_eq!(result["is_error"], false, "{result}");
+    let answer = result["result"].as_str().unwrap_or_default();
+    assert!(!answer.trim().is_empty(), "{result}");
+    println!("the real model answered Claude Code: {answer}");
 }
