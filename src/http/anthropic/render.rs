@@ -117,10 +117,10 @@ impl Render for Stream {
     /// A text delta, written straight into its bytes: the hot path of every streamed
     /// answer. The text block opens with the first.
     fn delta(&mut self, text: &str) -> Bytes {
-        let mut out = Vec::with_capacity(text.len() + 128);
         if text.is_empty() {
             return Bytes::new();
         }
+        let mut out = Vec::with_capacity(text.len() + 128);
         if self.open != Open::Text {
             self.close(&mut out);
             event(
