@@ -13,6 +13,9 @@
 //! * `litellm`: LiteLLM proxy (`litellm --config benches/litellm/config.yaml`), pass-through
 //!   `openai/up-model:latest` to the upstream, no database, logging off;
 //! * `gateway-passthrough`: the release gateway forwarding `up-model:latest` unchanged;
+//! * `gateway-anthropic`, `gateway-responses` (not run by default): the same passthrough
+//!   model asked in the Anthropic Messages and Responses dialects (`/v1/messages`,
+//!   `/v1/responses`), each answer read to its dialect's end;
 //! * `gateway-brunix`: the release gateway running the assistant pipeline (rules
 //!   classifier, reformulator off, embedded BM25 index of `examples/knowledge`).
 //!
@@ -37,7 +40,8 @@
 //! (`available_parallelism`): one worker thread each on a 2-CPU machine.
 //!
 //! Environment (defaults in brackets):
-//! BENCH_TARGETS [direct,nginx,litellm,passthrough,brunix] which rows to run;
+//! BENCH_TARGETS [direct,nginx,litellm,passthrough,brunix] which rows to run (also:
+//! anthropic, responses);
 //! BENCH_PIN [on] / off: the target on one CPU, load client and upstream on the others;
 //! BENCH_SECS [5] seconds at each fixed rate (100 and 1,000 req/s, and the TTFT run);
 //! BENCH_STEP_SECS [2] seconds per step of the throughput ladder;
@@ -338,12 +342,37 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-fn body(model: &str, stream: bool) -> Bytes {
-    Bytes::from(
+/// A request for `url`'s dialect: chat completions, Anthropic Messages (`/v1/messages`,
+/// `max_tokens` required) or the Responses API (`/v1/responses`).
+fn body(url: &str, model: &str, stream: bool) -> Bytes {
+    let body = if url.ends_with("/v1/messages") {
+        json!({"model": model, "stream": stream, "max_tokens": 4096,
+               "messages": [{"role": "user", "content": QUESTION}]})
+    } else if url.ends_with("/v1/responses") {
+        json!({"model": model, "stream": stream, "input": QUESTION})
+    } else {
         json!({"model": model, "stream": stream,
                "messages": [{"role": "user", "content": QUESTION}]})
-        .to_string(),
-    )
+    };
+    Bytes::from(body.to_string())
+}
+
+/// A stream that ended as its dialect ends one: OpenAI's `[DONE]`, Anthropic's
+/// `message_stop`, the Responses API's `response.completed` event.
+fn stream_complete(text: &[u8]) -> bool {
+    if text.ends_with(b"data: [DONE]\n\n")
+        || text.ends_with(b"data: {\"type\":\"message_stop\"}\n\n")
+    {
+        return true;
+    }
+    let Some(events) = text.strip_suffix(b"\n\n") else {
+        return false;
+    };
+    let last = events
+        .windows(2)
+        .rposition(|w| w == b"\n\n")
+        .map_or(0, |i| i + 2);
+    events[last..].starts_with(b"event: response.completed\n")
 }
 
 /// One request read to its end: microseconds from `due` to the first answer token and
@@ -386,7 +415,7 @@ async fn one(
     let complete = text
         .windows(last_token.len())
         .any(|w| w == last_token.as_bytes())
-        && (!stream || text.ends_with(b"data: [DONE]\n\n"));
+        && (!stream || stream_complete(&text));
     match first {
         Some(first) if complete => Ok((first.as_micros() as u64, whole.as_micros() as u64)),
         _ => Err(format!(
@@ -655,7 +684,7 @@ struct Held {
 
 async fn hold_streams(client: &reqwest::Client, target: &Target, knobs: &Knobs) -> Held {
     let n = knobs.streams;
-    let body = body(&target.model, true);
+    let body = body(&target.url, &target.model, true);
     let last_token = format!("tok{}", knobs.hold_tokens - 1);
     let open = Arc::new(AtomicU64::new(0));
     let peak = Arc::new(AtomicU64::new(0));
@@ -710,7 +739,7 @@ async fn hold_streams(client: &reqwest::Client, target: &Target, knobs: &Knobs) 
             let complete = text
                 .windows(last_token.len())
                 .any(|w| w == last_token.as_bytes())
-                && text.ends_with(b"data: [DONE]\n\n");
+                && stream_complete(&text);
             if complete {
                 Ok(())
             } else {
@@ -921,6 +950,20 @@ async fn start_target(
                 server: Server::Gateway(g),
             }
         }
+        "anthropic" | "responses" => {
+            let g = start_gateway_on(upstream, &gateway(true), cpus).await;
+            let (name, path) = if name == "anthropic" {
+                ("gateway passthrough, Anthropic", "/v1/messages")
+            } else {
+                ("gateway passthrough, Responses", "/v1/responses")
+            };
+            Target {
+                name,
+                url: format!("{}{path}", g.url),
+                model: UPSTREAM_MODEL.to_string(),
+                server: Server::Gateway(g),
+            }
+        }
         "brunix" => {
             let g = start_gateway_on(upstream, &gateway(false), cpus).await;
             Target {
@@ -931,7 +974,7 @@ async fn start_target(
             }
         }
         other => {
-            panic!("BENCH_TARGETS: unknown target {other:?} (direct, nginx, litellm, passthrough, brunix)")
+            panic!("BENCH_TARGETS: unknown target {other:?} (direct, nginx, litellm, passthrough, anthropic, responses, brunix)")
         }
     }
 }
@@ -949,8 +992,8 @@ async fn measure(
         url: &target.url,
         knobs,
     };
-    let plain = body(&target.model, false);
-    let streamed = body(&target.model, true);
+    let plain = body(&target.url, &target.model, false);
+    let streamed = body(&target.url, &target.model, true);
     upstream.set_default(answer(knobs.tokens, Duration::ZERO));
     // Warm-up (connections, lazy imports, caches), then idle memory. A few requests one
     // at a time first: LiteLLM's workers initialise on their first requests.

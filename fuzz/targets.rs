@@ -3,7 +3,7 @@
 //! `regressions/` on each test run (`tests/it/fuzz_corpus.rs`): the same functions, fed
 //! the same bytes, with no instrumented build.
 //!
-//! - `openai_request` / `ollama_request`: a body either becomes the pipeline's input or
+//! - `openai_request` / `ollama_request` / `anthropic_request` / `responses_request`: a body either becomes the pipeline's input or
 //!   an error a client can read, in its dialect's shape and with a 4xx status; never a
 //!   panic.
 //! - `user_field`: the editor context from any `user` field, `additional_context` and
@@ -31,6 +31,16 @@ pub fn openai_request(body: &[u8]) {
 pub fn ollama_request(body: &[u8]) {
     check(ChatRoute::OllamaChat, body);
     check(ChatRoute::OllamaGenerate, body);
+}
+
+/// `POST /v1/messages` (Anthropic): any body bytes.
+pub fn anthropic_request(body: &[u8]) {
+    check(ChatRoute::AnthropicMessages, body);
+}
+
+/// `POST /v1/responses`: any body bytes.
+pub fn responses_request(body: &[u8]) {
+    check(ChatRoute::Responses, body);
 }
 
 /// The compiled-in defaults (`config/default.toml`), as a fresh gateway runs.
@@ -89,6 +99,14 @@ fn check(route: ChatRoute, body: &[u8]) {
             let (status, rendered) = render_error(route, &e);
             assert_eq!(status, e.status);
             let object = rendered.as_object().expect("an error body is an object");
+            if route.is_anthropic() {
+                assert_eq!(object.len(), 2, "{rendered}");
+                assert_eq!(rendered["type"], "error");
+                let error = &rendered["error"];
+                assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
+                assert!(error["type"].as_str().is_some_and(|t| !t.is_empty()));
+                return;
+            }
             assert_eq!(object.len(), 1, "{rendered}");
             if route.is_openai() {
                 let error = &rendered["error"];

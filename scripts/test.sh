@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The project's test command: unit and integration tests (real router on 127.0.0.1
 # against a scripted upstream, real tantivy, the real embedding model, the fuzz corpus
-# replayed) and the real Python clients (openai, ollama, litellm, httpx), the continue CLI,
-# a real model (llama.cpp's server with SmolLM2-135M) end to end, and the Redis session
-# store against a real redis-server. Everything is installed once under
-# ~/.cache/assist-gateway.
+# replayed) and the real Python clients (openai, ollama, litellm, httpx, anthropic), the
+# continue CLI, Claude Code and Codex CLI, a real model (llama.cpp's server with
+# SmolLM2-135M) end to end, and the Redis session store against a real redis-server.
+# Everything is installed once under ~/.cache/assist-gateway.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/system-deps.sh
@@ -22,7 +22,10 @@ model_env="$(./scripts/model-env.sh)"
 ASSIST_MODEL_PYTHON="$(sed -n 1p <<<"$model_env")"
 ASSIST_MODEL_GGUF="$(sed -n 2p <<<"$model_env")"
 ASSIST_CN="$(./scripts/node-env.sh)"
-export ASSIST_MODEL_PYTHON ASSIST_MODEL_GGUF ASSIST_CN
+# Claude Code and Codex CLI, installed beside cn.
+ASSIST_CLAUDE="$(dirname "$ASSIST_CN")/claude"
+ASSIST_CODEX="$(dirname "$ASSIST_CN")/codex"
+export ASSIST_MODEL_PYTHON ASSIST_MODEL_GGUF ASSIST_CN ASSIST_CLAUDE ASSIST_CODEX
 # One integration-test binary (tests/it); it also replays every fuzz corpus and crash input
 # of fuzz/ through the fuzz targets' own checks (fuzzing campaigns: scripts/fuzz.sh).
 cargo test --release --locked "$@"

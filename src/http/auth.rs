@@ -5,11 +5,15 @@ use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header::AUTHORIZATION;
+use axum::http::HeaderName;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::dialect::{ApiError, Dialect};
 use crate::serve::access::{Caller, Keys};
+
+/// The key header of Anthropic's API.
+pub static X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 /// The caller of a request that passed [`require_key`]: its key, else its address.
 pub fn caller_of(req: &Request) -> Caller {
@@ -24,7 +28,7 @@ pub fn caller_of(req: &Request) -> Caller {
 }
 
 /// Middleware: without keys configured, requests pass; with them, a request without an
-/// accepted key gets 401 in dialect `D`'s shape, and one with a key carries its
+/// accepted key (`Authorization: Bearer`, or Anthropic's `x-api-key`) gets 401 in dialect `D`'s shape, and one with a key carries its
 /// [`Caller`].
 pub async fn require_key<D: Dialect>(
     State(keys): State<Arc<Keys>>,
@@ -38,7 +42,18 @@ pub async fn require_key<D: Dialect>(
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    match keys.check(header) {
+    // Anthropic's clients send the key as `x-api-key` (and some send both headers).
+    let api_key = req
+        .headers()
+        .get(&X_API_KEY)
+        .and_then(|v| v.to_str().ok())
+        .map(|key| format!("Bearer {}", key.trim()));
+    let checked = match (header, api_key) {
+        (None, Some(key)) => keys.check(Some(&key)),
+        (Some(h), Some(key)) => keys.check(Some(h)).or_else(|_| keys.check(Some(&key))),
+        (h, None) => keys.check(h),
+    };
+    match checked {
         Ok(digest) => {
             req.extensions_mut().insert(Caller::Key(digest));
             next.run(req).await

@@ -1,4 +1,4 @@
-//! An API dialect (OpenAI, Ollama) as far as errors go: the shape an error takes, the
+//! An API dialect (OpenAI, Ollama, Anthropic, Responses) as far as errors go: the shape an error takes, the
 //! error type its handlers return, and the answers for routes and methods it lacks.
 //! Each dialect's router is nested under its own prefix, so a handler's dialect is its
 //! type, never guessed from the request.
@@ -18,6 +18,11 @@ use crate::error::GatewayError;
 pub trait Dialect: Send + Sync + 'static {
     const NAME: &'static str;
     fn error_body(e: &GatewayError) -> Value;
+    /// The status an error is answered with (the error's own, unless the dialect has a
+    /// status of its own for it).
+    fn status(e: &GatewayError) -> StatusCode {
+        e.status
+    }
 }
 
 /// OpenAI: `{"error":{"message","type","param","code"}}`.
@@ -44,6 +49,71 @@ impl Dialect for Ollama {
 
     fn error_body(e: &GatewayError) -> Value {
         json!({"error": e.message})
+    }
+}
+
+/// Anthropic Messages: `{"type":"error","error":{"type","message"}}`, with Anthropic's
+/// types (`authentication_error`, `not_found_error`, `overloaded_error`, …).
+pub struct Anthropic;
+
+impl Anthropic {
+    /// Whether the upstream said it is overloaded (503, or Anthropic's own 529).
+    fn overloaded(e: &GatewayError) -> bool {
+        matches!(
+            e.upstream,
+            Some(crate::llm::UpstreamErrorKind::Status(503 | 529))
+        )
+    }
+
+    /// Anthropic's `error.type` for an error.
+    pub fn error_type(e: &GatewayError) -> &'static str {
+        if Self::overloaded(e) {
+            return "overloaded_error";
+        }
+        match e.status.as_u16() {
+            401 => "authentication_error",
+            402 => "billing_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            504 => "timeout_error",
+            503 => "overloaded_error",
+            s if s >= 500 => "api_error",
+            _ => "invalid_request_error",
+        }
+    }
+}
+
+impl Dialect for Anthropic {
+    const NAME: &'static str = "anthropic";
+
+    fn error_body(e: &GatewayError) -> Value {
+        json!({"type": "error", "error": {
+            "type": Self::error_type(e),
+            "message": e.message,
+        }})
+    }
+
+    /// An overloaded upstream is Anthropic's 529 (which its SDKs retry).
+    fn status(e: &GatewayError) -> StatusCode {
+        if Self::overloaded(e) {
+            StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+        } else {
+            e.status
+        }
+    }
+}
+
+/// OpenAI Responses (`/v1/responses`): OpenAI's error shape, its own name in logs and
+/// metrics.
+pub struct Responses;
+
+impl Dialect for Responses {
+    const NAME: &'static str = "responses";
+
+    fn error_body(e: &GatewayError) -> Value {
+        OpenAi::error_body(e)
     }
 }
 
@@ -79,7 +149,7 @@ impl<D> From<crate::llm::UpstreamError> for ApiError<D> {
 impl<D: Dialect> IntoResponse for ApiError<D> {
     fn into_response(self) -> Response {
         let e = self.error;
-        let mut response = (e.status, Json(D::error_body(&e))).into_response();
+        let mut response = (D::status(&e), Json(D::error_body(&e))).into_response();
         let headers = response.headers_mut();
         if e.status == StatusCode::UNAUTHORIZED {
             headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

@@ -9,12 +9,12 @@ use serde_json::Value;
 
 use super::chat::Parsed;
 use super::dialect::{ApiError, Dialect};
-use super::{ollama, openai};
+use super::{anthropic, ollama, openai, responses};
 use crate::config::ServerSettings;
 use crate::error::GatewayError;
 use crate::pipeline::ChatTurn;
 
-/// The four routes whose body becomes a `ChatTurn`.
+/// The routes whose body becomes a `ChatTurn`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChatRoute {
     /// `POST /v1/chat/completions`
@@ -25,12 +25,24 @@ pub enum ChatRoute {
     OllamaChat,
     /// `POST /api/generate`
     OllamaGenerate,
+    /// `POST /v1/messages` (Anthropic)
+    AnthropicMessages,
+    /// `POST /v1/responses`
+    Responses,
 }
 
 impl ChatRoute {
-    /// Whether errors take OpenAI's shape (else Ollama's).
+    /// Whether errors take OpenAI's shape.
     pub fn is_openai(self) -> bool {
-        matches!(self, ChatRoute::OpenAiChat | ChatRoute::OpenAiCompletions)
+        matches!(
+            self,
+            ChatRoute::OpenAiChat | ChatRoute::OpenAiCompletions | ChatRoute::Responses
+        )
+    }
+
+    /// Whether errors take Anthropic's shape.
+    pub fn is_anthropic(self) -> bool {
+        self == ChatRoute::AnthropicMessages
     }
 }
 
@@ -63,6 +75,8 @@ pub fn parse_chat_request(
         ChatRoute::OpenAiCompletions => (openai::COMPLETIONS.1)(body).map(parsed),
         ChatRoute::OllamaChat => (ollama::CHAT.1)(body).map(parsed),
         ChatRoute::OllamaGenerate => (ollama::GENERATE.1)(body).map(parsed),
+        ChatRoute::AnthropicMessages => (anthropic::MESSAGES.1)(body).map(parsed),
+        ChatRoute::Responses => (responses::RESPONSES.1)(body).map(parsed),
     }?;
     if !parsed.load {
         crate::serve::bounds::check_limits(server, &parsed.turn)?;
@@ -83,7 +97,9 @@ pub fn render_error(route: ChatRoute, e: &GatewayError) -> (StatusCode, Value) {
                 .unwrap_or(Value::Null);
         (status, body)
     }
-    if route.is_openai() {
+    if route.is_anthropic() {
+        rendered::<super::Anthropic>(e)
+    } else if route.is_openai() {
         rendered::<super::OpenAi>(e)
     } else {
         rendered::<super::Ollama>(e)

@@ -1,8 +1,10 @@
-//! The HTTP surface. Each dialect is a router nested under its prefix (`openai` under
-//! `/v1`, `ollama` under `/api`, the MCP server at `/mcp`) with its own error shape; both chat dialects run the one
-//! chat flow in `chat`. Around every router: request ids, the access log, CORS, keys and
+//! The HTTP surface. Each dialect is a router nested under its prefix (`openai` and
+//! `responses` under `/v1`, `anthropic` at `/v1/messages`, `ollama` under `/api`, the MCP
+//! server at `/mcp`) with its own error shape; every chat dialect runs the one chat flow
+//! in `chat`. Around every router: request ids, the access log, CORS, keys and
 //! rate limits; and the server that serves it all (plain or TLS).
 
+mod anthropic;
 mod auth;
 mod body;
 mod chat;
@@ -16,6 +18,7 @@ mod limits;
 mod mcp;
 mod ollama;
 mod openai;
+mod responses;
 mod scrape;
 mod sites;
 pub(crate) mod sources;
@@ -38,7 +41,7 @@ pub use crate::serve::tls::acceptor as tls_acceptor;
 pub use crate::serve::AppState;
 use crate::serve::{access, listener, tls};
 use crate::telemetry;
-pub use dialect::{Dialect, Ollama, OpenAi};
+pub use dialect::{Anthropic, Dialect, Ollama, OpenAi, Responses};
 
 static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -66,7 +69,12 @@ pub fn router(state: AppState) -> Router {
     // A nested router answers `/v1` but not `/v1/`: that one in its dialect too.
     guard
         .around::<OpenAi>(operations)
-        .nest("/v1", guard.around::<OpenAi>(openai::router()))
+        .nest(
+            "/v1",
+            guard.around::<OpenAi>(openai::router().merge(responses::router())),
+        )
+        // Anthropic's routes under `/v1`: its errors, also of the guards, in its shape.
+        .merge(guard.around::<Anthropic>(anthropic::router()))
         .nest("/api", guard.around::<Ollama>(ollama::router()))
         .merge(
             guard.around::<OpenAi>(
@@ -157,6 +165,9 @@ fn cors(origins: &[String]) -> tower::util::Either<CorsLayer, tower::layer::util
                 header::AUTHORIZATION,
                 header::CONTENT_TYPE,
                 REQUEST_ID.clone(),
+                auth::X_API_KEY.clone(),
+                HeaderName::from_static("anthropic-version"),
+                HeaderName::from_static("anthropic-beta"),
             ])
             // What a browser UI needs to read back off a 429 to wait before retrying.
             .expose_headers([

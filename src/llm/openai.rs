@@ -90,9 +90,9 @@ fn message(m: &Message) -> Value {
                 .map(|img| json!({"type": "image_url", "image_url": {"url": image_url(img)}})),
         );
         Value::Array(parts)
-    } else if m.content.is_empty() && !m.tool_calls.is_empty() {
-        Value::Null
     } else {
+        // Also beside `tool_calls`: an empty string, never `null`, which llama-cpp-python
+        // refuses ("Input should be a valid string"); OpenAI and the others accept both.
         json!(m.content)
     };
     out.insert("content".into(), content);
@@ -994,7 +994,8 @@ mod tests {
             body["messages"][0]["content"][1]["image_url"]["url"],
             json!("data:image/jpeg;base64,/9j/AAAA")
         );
-        assert_eq!(body["messages"][1]["content"], Value::Null);
+        // Beside tool calls: an empty string (llama-cpp-python refuses `null`).
+        assert_eq!(body["messages"][1]["content"], json!(""));
         assert_eq!(
             body["messages"][1]["tool_calls"][0]["function"]["arguments"],
             json!("{\"a\":1}")

@@ -873,6 +873,23 @@ impl Pipeline {
         Some(n + assemble::template_tokens(messages.len()))
     }
 
+    /// The tokens of a conversation and its tools as a client sends them (Anthropic's
+    /// `count_tokens`): by the upstream's tokenizer when it has one, else the estimate
+    /// scaled to what the tokenizer was seen to count.
+    pub async fn count_prompt(&self, messages: &[Message], tools: &[Value]) -> u64 {
+        let tools = if tools.is_empty() {
+            String::new()
+        } else {
+            Value::Array(tools.to_vec()).to_string()
+        };
+        if let Some(n) = self.count(messages, &tools).await {
+            return n as u64;
+        }
+        let estimate = self.estimator();
+        let text: usize = messages.iter().map(|m| estimate.tokens(&m.content)).sum();
+        (text + estimate.tokens(&tools) + assemble::template_tokens(messages.len())) as u64
+    }
+
     /// Estimates scaled to the upstream's tokenizer, as far as it was seen.
     fn estimator(&self) -> Estimator {
         let learned = f64::from_bits(self.scale.load(std::sync::atomic::Ordering::Relaxed));

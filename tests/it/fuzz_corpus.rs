@@ -48,6 +48,16 @@ fn ollama_request_inputs() {
 }
 
 #[test]
+fn anthropic_request_inputs() {
+    replay("anthropic_request", targets::anthropic_request);
+}
+
+#[test]
+fn responses_request_inputs() {
+    replay("responses_request", targets::responses_request);
+}
+
+#[test]
 fn user_field_inputs() {
     replay("user_field", targets::user_field);
 }

@@ -13,6 +13,9 @@
 mod support;
 
 mod access;
+mod agent_clients;
+mod agent_clis;
+mod anthropic_api;
 mod any_body;
 mod assistant;
 mod citations;
@@ -44,6 +47,7 @@ mod python_clients;
 mod real_clients;
 mod real_model;
 mod real_window;
+mod responses_api;
 mod secrets;
 mod security;
 mod tool_call_streams;

@@ -339,6 +339,9 @@ async fn tool_calls_round_trip() {
                         "{\"city\":\"Paris\"}"
                     );
                     assert_eq!(tool["tool_call_id"], json!(id));
+                    // A string beside the calls, never null: llama-cpp-python's server
+                    // refuses `null` with HTTP 500 ("Input should be a valid string").
+                    assert_eq!(asst["content"], json!(""), "{asst}");
                 }
             }
             assert_eq!(tool["content"], "18°C, sunny");

@@ -223,3 +223,65 @@ async fn a_real_llama_cpp_tool_call_keeps_its_name() {
         serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
     assert!(arguments.get("city").is_some(), "{text}");
 }
+
+/// A tool round trip sent back to the real llama.cpp server (llama-cpp-python) in every
+/// chat dialect: the assistant's call (no text beside it) and the tool's result. The
+/// server refuses `content: null` beside `tool_calls` (HTTP 500, "Input should be a valid
+/// string"); the gateway sends what it accepts.
+#[tokio::test]
+async fn a_real_llama_cpp_server_takes_a_tool_round_trip_in_every_dialect() {
+    let (Ok(python), Ok(gguf)) = (
+        std::env::var("ASSIST_MODEL_PYTHON"),
+        std::env::var("ASSIST_MODEL_GGUF"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the real-model tests: use scripts/test.sh"
+        );
+        eprintln!("SKIPPED: the model server is not installed; run scripts/test.sh");
+        return;
+    };
+    let model = start_model_server(&python, &gguf).await;
+    let up = ScriptedUpstream::start().await; // unused: the gateway talks to the model server
+    let gw = Gateway::start(&up, Provider::Openai, |s| {
+        s.llm.base_url = format!("http://127.0.0.1:{}/v1", model.port);
+        s.llm.model = MODEL.into();
+        s.llm.first_byte_timeout = std::time::Duration::from_secs(120);
+        s.llm.retries = 0;
+        s.assistant.passthrough = true;
+    })
+    .await;
+    let question = "What is the weather in Paris?";
+    let bodies = [
+        (
+            "/v1/chat/completions",
+            json!({"model": MODEL, "max_tokens": 8, "temperature": 0, "messages": [
+                {"role": "user", "content": question},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": CALL_ID,
+                    "type": "function", "function": {"name": "get_weather",
+                        "arguments": "{\"city\":\"Paris\"}"}}]},
+                {"role": "tool", "tool_call_id": CALL_ID, "content": "18°C, sunny"}]}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": MODEL, "max_tokens": 8, "temperature": 0, "messages": [
+                {"role": "user", "content": question},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": CALL_ID,
+                    "name": "get_weather", "input": {"city": "Paris"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": CALL_ID,
+                    "content": "18°C, sunny"}]}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": MODEL, "max_output_tokens": 8, "temperature": 0, "input": [
+                {"role": "user", "content": question},
+                {"type": "function_call", "call_id": CALL_ID, "name": "get_weather",
+                    "arguments": "{\"city\":\"Paris\"}"},
+                {"type": "function_call_output", "call_id": CALL_ID, "output": "18°C, sunny"}]}),
+        ),
+    ];
+    for (path, body) in bodies {
+        let (status, _, text) = post(&gw.url(path), body).await;
+        assert_eq!(status, 200, "{path}: {text}");
+    }
+}

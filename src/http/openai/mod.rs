@@ -7,13 +7,14 @@ mod parse;
 mod render;
 
 use axum::extract::{Path, State};
+use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
 use super::chat::{self, Parse};
 use super::dialect::{self, ApiError, OpenAi};
-use super::{embeddings, eval, sources, AppState};
+use super::{anthropic, embeddings, eval, sources, AppState};
 use crate::pipeline::ServedModel;
 
 pub use render::Sse;
@@ -52,20 +53,20 @@ fn model_json(m: &ServedModel, started: i64) -> Value {
     }
 }
 
-async fn list_models(State(state): State<AppState>) -> Json<Value> {
+/// The served models; in Anthropic's shape for an Anthropic client.
+async fn list_models(State(state): State<AppState>, headers: HeaderMap) -> Json<Value> {
+    let models = state.pipeline.models().await;
+    if anthropic::asked_by(&headers) {
+        return Json(anthropic::model_list(&models, &state.started_rfc3339()));
+    }
     let started = state.started.timestamp();
-    let data: Vec<Value> = state
-        .pipeline
-        .models()
-        .await
-        .iter()
-        .map(|m| model_json(m, started))
-        .collect();
+    let data: Vec<Value> = models.iter().map(|m| model_json(m, started)).collect();
     Json(json!({"object": "list", "data": data}))
 }
 
 async fn get_model(
     State(state): State<AppState>,
+    headers: HeaderMap,
     id: Result<Path<String>, axum::extract::rejection::PathRejection>,
 ) -> Result<Json<Value>, Error> {
     // `%FF`: not a name at all, answered in the dialect's shape like any unknown model.
@@ -73,5 +74,8 @@ async fn get_model(
         .map_err(|_| crate::error::GatewayError::model_not_found("(not UTF-8)"))?
         .0;
     let m = state.pipeline.model(&id).await?;
+    if anthropic::asked_by(&headers) {
+        return Ok(Json(anthropic::model_json(&m, &state.started_rfc3339())));
+    }
     Ok(Json(model_json(&m, state.started.timestamp())))
 }

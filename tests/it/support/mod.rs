@@ -139,6 +139,8 @@ pub struct Recorded {
 #[derive(Default)]
 struct Shared {
     script: Mutex<VecDeque<Reply>>,
+    /// Only requests with tools take scripted replies (see `script_for_tools_only`).
+    script_for_tools_only: std::sync::atomic::AtomicBool,
     default: Mutex<Option<Reply>>,
     requests: Mutex<Vec<Recorded>>,
     /// Streams whose body was dropped before it ended (client went away).
@@ -264,6 +266,14 @@ impl ScriptedUpstream {
     /// The next request gets this reply (queued in order).
     pub fn push(&self, reply: Reply) {
         self.shared.script.lock().unwrap().push_back(reply);
+    }
+
+    /// From now on only requests that offer tools take the scripted replies; the others
+    /// (an agent's side tasks: titles, summaries) get the default one.
+    pub fn script_for_tools_only(&self) {
+        self.shared
+            .script_for_tools_only
+            .store(true, Ordering::Relaxed);
     }
 
     /// Requests with nothing queued get this reply.
@@ -548,11 +558,15 @@ async fn handle(
         "/v1/chat/completions" => Wire::OpenAiChat,
         _ => Wire::OpenAiText,
     };
-    let reply = shared
-        .script
-        .lock()
-        .unwrap()
-        .pop_front()
+    // With `script_for_tools_only`, a request without tools (an agent's side task) takes
+    // the default reply and leaves the script to the requests that have tools.
+    let toolless = body["tools"].as_array().is_none_or(Vec::is_empty);
+    let queued = if toolless && shared.script_for_tools_only.load(Ordering::Relaxed) {
+        None
+    } else {
+        shared.script.lock().unwrap().pop_front()
+    };
+    let reply = queued
         .or_else(|| shared.default.lock().unwrap().clone())
         .unwrap_or_else(|| Reply::tokens(&["Hello", " from", " upstream"]));
     let model = body["model"].as_str().unwrap_or("").to_string();
@@ -1587,4 +1601,27 @@ pub fn prompt_text(r: &Recorded) -> String {
                 .join("\n")
         })
         .unwrap_or_else(|| r.body["prompt"].as_str().unwrap_or("").to_string())
+}
+
+/// Named SSE events of a body (Anthropic, Responses): each `event: <name>` then one
+/// `data: <json>` line, a blank line after; checks the JSON's `type` is the name.
+pub fn named_events(body: &str) -> Vec<(String, Value)> {
+    assert!(
+        body.ends_with("\n\n"),
+        "SSE body does not end with a blank line: {body:?}"
+    );
+    body.split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let (name, data) = e
+                .strip_prefix("event: ")
+                .and_then(|e| e.split_once("\ndata: "))
+                .unwrap_or_else(|| panic!("not an 'event:' and a 'data:' line: {e:?}"));
+            assert!(!data.contains('\n'), "one data line per event: {e:?}");
+            let data: Value = serde_json::from_str(data)
+                .unwrap_or_else(|err| panic!("data is not JSON ({err}): {e:?}"));
+            assert_eq!(data["type"], name, "the event's type is its name: {e:?}");
+            (name.to_string(), data)
+        })
+        .collect()
 }

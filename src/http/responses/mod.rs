@@ -1,0 +1,27 @@
+//! The OpenAI Responses dialect (Codex CLI, the OpenAI SDKs' `responses`): `POST
+//! /v1/responses` (parsed in `parse`, rendered in `render`), stateless: the client sends
+//! the whole conversation each time. Routed beside the OpenAI routes under `/v1`, with
+//! OpenAI's error shape `{"error":{"message","type","param","code"}}`.
+
+mod parse;
+mod render;
+
+use axum::Router;
+
+use super::chat::{self, Parse};
+use super::dialect::Responses;
+use super::AppState;
+
+pub use render::Stream;
+
+/// The chat endpoint: the route as logs and metrics name it, and the body's parser (the
+/// fuzz targets run the same).
+pub const RESPONSES: (&str, Parse<Stream>) = ("/v1/responses", parse::responses);
+
+/// The routes, relative to `/v1`.
+pub fn router() -> Router<AppState> {
+    Router::new().route(
+        "/responses",
+        chat::post::<Responses, Stream>(RESPONSES.0, RESPONSES.1),
+    )
+}
