@@ -134,6 +134,8 @@ const HIDDEN: &[&str] = &[
     "subtitle",
     "enabled",
     "isenabled",
+    "disabledreasons",
+    "disabled_reasons",
     "schemaversion",
     "project",
     "web_url",
@@ -173,10 +175,17 @@ pub fn read(items: &Value) -> Read {
     let mut seen = std::collections::HashSet::new();
     for (index, item) in list.iter().enumerate() {
         let text = |k: &str| item.get(k).and_then(Value::as_str).map(str::to_string);
-        let enabled = item
-            .get("isEnabled")
-            .or_else(|| item.get("is_enabled"))
-            .and_then(Value::as_bool);
+        // GitLab puts the flag on the item (`isEnabled`) or in its metadata (`enabled`).
+        let flag = |v: Option<&Value>, keys: &[&str]| {
+            keys.iter()
+                .find_map(|k| v?.get(*k).and_then(Value::as_bool))
+        };
+        let enabled = flag(Some(item), &["isEnabled", "is_enabled"]).or_else(|| {
+            flag(
+                item.get("metadata"),
+                &["enabled", "isEnabled", "is_enabled"],
+            )
+        });
         if enabled == Some(false) {
             out.skipped.disabled += 1;
             continue;

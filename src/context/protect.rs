@@ -51,17 +51,33 @@ pub fn protect(ctx: &mut EditorContext, messages: &mut [String], privacy: &Priva
     clean(&mut ctx.selected_text);
     clean(&mut ctx.editor_content);
     clean(&mut ctx.extra_context);
+    if let Some(path) = ctx.file_path.as_mut() {
+        clean(path);
+    }
     for item in &mut ctx.items {
         clean(&mut item.content);
-        for (_, value) in &mut item.meta {
+        clean(&mut item.id);
+        clean(&mut item.category);
+        if let Some(path) = item.path.as_mut() {
+            clean(path);
+        }
+        for (key, value) in &mut item.meta {
+            clean(key);
             clean(value);
         }
     }
     for d in &mut ctx.diagnostics {
         clean(&mut d.message);
+        clean(&mut d.severity);
+        if let Some(file) = d.file.as_mut() {
+            clean(file);
+        }
     }
     for e in &mut ctx.edits {
         clean(&mut e.diff);
+        if let Some(file) = e.file.as_mut() {
+            clean(file);
+        }
     }
     for message in messages.iter_mut() {
         clean(message);

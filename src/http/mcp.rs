@@ -306,14 +306,18 @@ fn base(state: &AppState, context: &RequestContext<RoleServer>) -> String {
 /// A chunk as a tool returns it, its text cleaned by `privacy` (indexes written before
 /// redaction hold what they held).
 fn chunk_json(c: &KnowledgeChunk, base: &str, privacy: &Privacy) -> Value {
-    let (text, cleaned) = privacy.cleaned(&c.text);
+    let (text, mut cleaned) = privacy.cleaned(&c.text);
+    let (section, more) = privacy.cleaned(&c.section);
+    cleaned.add(more);
+    let (file, more) = privacy.cleaned(&c.source_file);
+    cleaned.add(more);
     if !cleaned.is_empty() {
         cleaned.count("source");
     }
     json!({
         "id": c.chunk_id,
-        "file": c.source_file,
-        "section": c.section,
+        "file": file,
+        "section": section,
         "lines": [c.start_line, c.end_line],
         "doc_type": c.doc_type.as_str(),
         "language": c.language,
@@ -361,6 +365,7 @@ impl Knowledge {
         let base = base(&self.state, context);
         let hits: Vec<Value> = hits
             .iter()
+            .filter(|h| !self.state.pipeline.privacy().excluded(&h.chunk.source_file))
             .filter(|h| {
                 args.language
                     .as_deref()
@@ -397,6 +402,7 @@ impl Knowledge {
         } else {
             None
         };
+        let found = found.filter(|c| !self.state.pipeline.privacy().excluded(&c.source_file));
         let Some(chunk) = found else {
             return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                 "no source '{}' in the knowledge base (it may have been re-ingested): search again with search_knowledge",

@@ -69,8 +69,14 @@ pub async fn get(
         })?
         .ok_or_else(|| GatewayError::source_not_found(&id))?;
     // Indexes written before redaction (or with other rules) hold what they held.
+    let privacy = state.pipeline.privacy();
+    if privacy.excluded(&chunk.source_file) {
+        return Err(GatewayError::source_not_found(&id).into());
+    }
     let mut chunk = (*chunk).clone();
-    let cleaned = state.pipeline.privacy().clean(&mut chunk.text);
+    let mut cleaned = privacy.clean(&mut chunk.text);
+    cleaned.add(privacy.clean(&mut chunk.section));
+    cleaned.add(privacy.clean(&mut chunk.source_file));
     if !cleaned.is_empty() {
         cleaned.count("source");
     }

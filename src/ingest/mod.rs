@@ -139,9 +139,18 @@ impl Ingestor {
         let mut summary = Summary::default();
         let (found, skipped) = walk(roots, self.max_file_bytes, &self.exclude)
             .context("walking the folders to ingest")?;
+        let (found, excluded): (Vec<Found>, Vec<Found>) = found
+            .into_iter()
+            .partition(|f| !self.privacy.excluded(&f.key));
+        let mut skipped = skipped;
+        skipped.extend(
+            excluded
+                .into_iter()
+                .map(|f| (f.key, EXCLUDED_BY_PRIVACY.into())),
+        );
         summary.files_excluded = skipped
             .iter()
-            .filter(|(_, why)| why == CREDENTIALS || why == EXCLUDED)
+            .filter(|(_, why)| why == CREDENTIALS || why == EXCLUDED || why == EXCLUDED_BY_PRIVACY)
             .count();
         summary.skipped = skipped;
         summary.files_seen = found.len();
@@ -209,9 +218,12 @@ impl Ingestor {
             let files: Vec<(String, Vec<KnowledgeChunk>)> = batch
                 .iter()
                 .map(|(f, text, _)| {
-                    let mut chunks = chunk::chunk_file(&f.key, text, &self.chunking);
+                    // The whole file first: a secret spread over lines (a private key) is
+                    // found whole before chunks cut it; line numbers stay right.
+                    let mut text = text.clone();
+                    cleaned.add(self.privacy.clean_file(&mut text));
+                    let mut chunks = chunk::chunk_file(&f.key, &text, &self.chunking);
                     for c in &mut chunks {
-                        cleaned.add(self.privacy.clean(&mut c.text));
                         cleaned.add(self.privacy.clean(&mut c.section));
                     }
                     (f.key.clone(), chunks)
@@ -346,6 +358,8 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Why a file that holds credentials by its name was not indexed.
 const CREDENTIALS: &str = "credentials by name: never indexed";
+/// Why a file matched by `privacy.exclude` was not indexed.
+const EXCLUDED_BY_PRIVACY: &str = "matched privacy.exclude";
 /// Why a file matched by `ingest.exclude` was not indexed.
 const EXCLUDED: &str = "matched ingest.exclude";
 

@@ -366,14 +366,22 @@ fn neutralized(text: String) -> String {
     while let Some(at) = rest.find('<') {
         out.push_str(&rest[..at]);
         let after = &rest[at + 1..];
-        let name = after.strip_prefix('/').unwrap_or(after).trim_start();
+        let name = after.trim_start();
+        let name = name.strip_prefix('/').unwrap_or(name).trim_start();
         let word: String = name
             .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
             .collect::<String>()
             .to_ascii_lowercase();
-        let ours = SECTION_TAGS.contains(&word.as_str());
-        if ours || after.starts_with('|') {
+        // The prompt's own tags, and chat templates' special tokens (`<|im_start|>`,
+        // DeepSeek's `<｜…｜>`, `</s>`, Gemma's turns).
+        let special = after.starts_with('|')
+            || after.starts_with('｜')
+            || matches!(
+                word.as_str(),
+                "s" | "start_of_turn" | "end_of_turn" | "eos" | "bos"
+            );
+        if SECTION_TAGS.contains(&word.as_str()) || special {
             out.push_str("&lt;");
         } else {
             out.push('<');

@@ -300,7 +300,33 @@ pub fn repository(
                 .map_or(&code[..end], |nl| &code[..nl]);
         }
         used += code.len();
-        out.push((hit.chunk.source_file.clone(), code.to_string()));
+        out.push((defanged(&hit.chunk.source_file), defanged(code)));
+    }
+    out
+}
+
+/// `text` with every FIM or chat-template marker of any family broken up (`<|fim_prefix|>`
+/// → `< |fim_prefix|>`), so a snippet cannot rewrite the prompt's structure.
+fn defanged(text: &str) -> String {
+    let mut out = text.to_string();
+    for marker in [
+        "<|",
+        "<｜",
+        "<fim_",
+        "<file_sep>",
+        "<repo_name>",
+        "<PRE>",
+        "<SUF>",
+        "<MID>",
+        "<EOT>",
+        "[PREFIX]",
+        "[SUFFIX]",
+        "</s>",
+    ] {
+        if out.contains(marker) {
+            let broken = format!("{} {}", &marker[..1], &marker[1..]);
+            out = out.replace(marker, &broken);
+        }
     }
     out
 }

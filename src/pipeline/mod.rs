@@ -360,6 +360,9 @@ impl Pipeline {
                 }
                 let mut turn = turn;
                 self.protect_input(&mut turn.request.input);
+                for tool in &mut turn.request.tools {
+                    self.privacy.clean_json(tool).count("passthrough");
+                }
                 let prompt_estimate = estimate_tokens(&turn.request.input);
                 let chunks = clock.time(self.chat.stream(turn.request)).await?;
                 Ok(answer_events(
@@ -428,14 +431,7 @@ impl Pipeline {
         } = self
             .understand(&query, &conversation, &editor, &clock)
             .await;
-        // Indexes written before redaction (or with other rules) hold what they held.
-        let mut in_hits = Cleaned::default();
-        for hit in &mut hits {
-            in_hits.add(self.privacy.clean(&mut hit.chunk.text));
-        }
-        if !in_hits.is_empty() {
-            in_hits.count("knowledge");
-        }
+        self.protect_hits(&mut hits);
         // The window is the upstream's (asked once, then known), or less when the client
         // asks for less (Ollama's num_ctx); never more.
         let window = clock.time(self.window()).await;
@@ -1032,12 +1028,15 @@ impl Pipeline {
                 .retriever
                 .search(&query, crate::retrieval::hybrid::Mode::Lexical);
             match tokio::time::timeout(self.config.completion_deadline, search).await {
-                Ok(Ok(hits)) => fill::repository(
-                    &hits,
-                    &prefix,
-                    &suffix,
-                    self.config.completion_context_chars,
-                ),
+                Ok(Ok(mut hits)) => {
+                    self.protect_hits(&mut hits);
+                    fill::repository(
+                        &hits,
+                        &prefix,
+                        &suffix,
+                        self.config.completion_context_chars,
+                    )
+                }
                 Ok(Err(e)) => {
                     tracing::warn!(error = %format!("{e:#}"), "completion: the repository search failed");
                     Vec::new()
@@ -1076,17 +1075,39 @@ impl Pipeline {
         Ok(ended(events, fill::Ender::new(template, &prefix, &suffix)))
     }
 
-    /// The client's context and messages with `[privacy]` applied.
+    /// The client's context and messages (their tool calls too) with `[privacy]` applied.
     fn protect(&self, editor: &mut EditorContext, messages: &mut [Message]) -> Cleaned {
         let mut texts: Vec<String> = messages
             .iter_mut()
             .map(|m| std::mem::take(&mut m.content))
             .collect();
-        let protected = crate::context::protect::protect(editor, &mut texts, &self.privacy);
+        let mut protected = crate::context::protect::protect(editor, &mut texts, &self.privacy);
         for (m, text) in messages.iter_mut().zip(texts) {
             m.content = text;
+            for call in &mut m.tool_calls {
+                protected
+                    .cleaned
+                    .add(self.privacy.clean_json(&mut call.arguments));
+            }
         }
         protected.cleaned
+    }
+
+    /// Retrieved chunks with `[privacy]` applied: those from excluded paths left out, the
+    /// rest cleaned (indexes written before redaction, or with other rules, hold what they
+    /// held; a file name may carry invisible characters).
+    fn protect_hits(&self, hits: &mut Vec<Scored>) {
+        hits.retain(|h| !self.privacy.excluded(&h.chunk.source_file));
+        let mut cleaned = Cleaned::default();
+        for hit in hits.iter_mut() {
+            let c = &mut hit.chunk;
+            cleaned.add(self.privacy.clean(&mut c.text));
+            cleaned.add(self.privacy.clean(&mut c.section));
+            cleaned.add(self.privacy.clean(&mut c.source_file));
+        }
+        if !cleaned.is_empty() {
+            cleaned.count("knowledge");
+        }
     }
 
     /// A passthrough request's texts, cleaned.
@@ -1096,6 +1117,9 @@ impl Pipeline {
             Input::Chat(messages) => {
                 for m in messages {
                     cleaned.add(self.privacy.clean(&mut m.content));
+                    for call in &mut m.tool_calls {
+                        cleaned.add(self.privacy.clean_json(&mut call.arguments));
+                    }
                 }
             }
             Input::Prompt {

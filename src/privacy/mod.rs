@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context as _;
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::{GlobSet, GlobSetBuilder};
 
 pub use secrets::Secrets;
 
@@ -88,6 +88,46 @@ impl Privacy {
         cleaned
     }
 
+    /// Like `clean`, keeping the text's line count (for a whole file before it is cut into
+    /// chunks: a secret spread over lines, such as a private key, is found whole).
+    pub fn clean_file(&self, text: &mut String) -> Cleaned {
+        let mut cleaned = Cleaned::default();
+        if invisible::has_any(text) {
+            let (stripped, removed) = invisible::strip(text);
+            *text = stripped;
+            cleaned.invisible = removed;
+        }
+        if let Some((redacted, found)) = self
+            .secrets
+            .as_ref()
+            .and_then(|s| s.redact_with(text, true))
+        {
+            *text = redacted;
+            cleaned.secrets = found;
+        }
+        cleaned
+    }
+
+    /// Every string in `value` (a tool call's arguments, a tool's definition), cleaned.
+    pub fn clean_json(&self, value: &mut serde_json::Value) -> Cleaned {
+        let mut cleaned = Cleaned::default();
+        match value {
+            serde_json::Value::String(s) => cleaned.add(self.clean(s)),
+            serde_json::Value::Array(items) => {
+                for v in items {
+                    cleaned.add(self.clean_json(v));
+                }
+            }
+            serde_json::Value::Object(map) => {
+                for v in map.values_mut() {
+                    cleaned.add(self.clean_json(v));
+                }
+            }
+            _ => {}
+        }
+        cleaned
+    }
+
     /// `text`, cleaned (a copy only when something changed).
     pub fn cleaned<'t>(&self, text: &'t str) -> (std::borrow::Cow<'t, str>, Cleaned) {
         let mut owned = text.to_string();
@@ -99,24 +139,64 @@ impl Privacy {
         }
     }
 
-    /// Whether context from `path` must never be used (`privacy.exclude`).
+    /// Whether context from `path` must never be used (`privacy.exclude`): a relative
+    /// path, an absolute one or a `file://` URI (percent-encoded, `\`-separated) whose
+    /// path, or any tail of it after a `/`, matches.
     pub fn excluded(&self, path: &str) -> bool {
-        let path = path.trim_start_matches("file://").trim_start_matches("./");
-        self.exclude.is_match(path) || self.exclude.is_match(path.trim_start_matches('/'))
+        if self.exclude.is_empty() {
+            return false;
+        }
+        let path = path.strip_prefix("file://").unwrap_or(path);
+        let path = percent_decoded(path).replace('\\', "/");
+        let path = path.trim_start_matches("./");
+        if self.exclude.is_match(path) {
+            return true;
+        }
+        path.match_indices('/')
+            .any(|(i, _)| self.exclude.is_match(&path[i + 1..]))
     }
 }
 
-/// A glob set; a pattern without a `/` matches at any depth (as in `.gitignore`).
+/// A glob set, ignoring case; a pattern without a `/` matches at any depth (as in
+/// `.gitignore`).
 pub fn globs(patterns: &[String]) -> anyhow::Result<GlobSet> {
     let mut builder = GlobSetBuilder::new();
+    let glob = |p: &str| {
+        globset::GlobBuilder::new(p)
+            .case_insensitive(true)
+            .build()
+            .with_context(|| format!("glob {p:?}"))
+    };
     for p in patterns.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
-        let anchored = p.trim_start_matches('/');
-        builder.add(Glob::new(anchored).with_context(|| format!("glob {p:?}"))?);
+        builder.add(glob(p.trim_start_matches('/'))?);
         if !p.contains('/') {
-            builder.add(Glob::new(&format!("**/{p}")).with_context(|| format!("glob {p:?}"))?);
+            builder.add(glob(&format!("**/{p}"))?);
         }
     }
     Ok(builder.build()?)
+}
+
+/// `%xx` escapes decoded (as UTF-8, lossily); anything else as it is.
+fn percent_decoded(path: &str) -> String {
+    if !path.contains('%') {
+        return path.to_string();
+    }
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -134,6 +214,9 @@ mod tests {
         assert!(p.excluded("secrets/prod/db.txt"));
         assert!(p.excluded("/work/app/certs/tls.pem"));
         assert!(p.excluded("file:///certs/a.pem"));
+        assert!(p.excluded("file:///work/app/secrets/db.txt"));
+        assert!(p.excluded("C:\\work\\Secrets\\db.txt"));
+        assert!(p.excluded("file:///work/my%20app/secrets/x"));
         assert!(!p.excluded("src/main.rs"));
         let off = Privacy::new(false, None, &[]).unwrap();
         let mut text = "DB_PASSWORD=hunter2!x".to_string();

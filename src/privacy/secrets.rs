@@ -124,9 +124,20 @@ impl Secrets {
     /// `text` with every secret replaced by `[REDACTED <kind>]`, and what was found;
     /// `None` when there is none (the common case: nothing is copied).
     pub fn redact(&self, text: &str) -> Option<(String, Found)> {
-        let mut spans: Vec<(usize, usize, &str)> = Vec::new();
-        let overlaps = |spans: &[(usize, usize, &str)], s: usize, e: usize| {
-            spans.iter().any(|(a, b, _)| s < *b && *a < e)
+        self.redact_with(text, false)
+    }
+
+    /// Like `redact`; with `keep_lines`, each placeholder is followed by as many line
+    /// breaks as the secret spanned (a file's line numbers stay right).
+    pub fn redact_with(&self, text: &str, keep_lines: bool) -> Option<(String, Found)> {
+        // Accepted spans by start; they never overlap, so the one starting last before a
+        // candidate's end is the only one that can overlap it.
+        let mut spans: BTreeMap<usize, (usize, &str)> = BTreeMap::new();
+        let overlaps = |spans: &BTreeMap<usize, (usize, &str)>, s: usize, e: usize| {
+            spans
+                .range(..e)
+                .next_back()
+                .is_some_and(|(_, (end, _))| *end > s)
         };
         // Which rules can match: one pass of the keyword automaton.
         let mut run = vec![false; self.rules.len() + 1];
@@ -150,34 +161,35 @@ impl Secrets {
                 {
                     continue;
                 }
-                spans.push((m.start(), m.end(), rule.kind.as_str()));
+                spans.insert(m.start(), (m.end(), rule.kind.as_str()));
             }
         }
-        let generic = if run[self.rules.len()] {
-            self.generic.captures_iter(text).collect()
-        } else {
-            Vec::new()
-        };
-        for caps in generic {
-            let Some(found) = self.generic_secret(&caps) else {
-                continue;
-            };
-            if !overlaps(&spans, found.0, found.1) {
-                spans.push(found);
+        if run[self.rules.len()] {
+            for caps in self.generic.captures_iter(text) {
+                let Some((start, end, kind)) = self.generic_secret(&caps) else {
+                    continue;
+                };
+                if !overlaps(&spans, start, end) {
+                    spans.insert(start, (end, kind));
+                }
             }
         }
         if spans.is_empty() {
             return None;
         }
-        spans.sort_by_key(|s| s.0);
         let mut out = String::with_capacity(text.len());
         let mut found = Found::new();
         let mut at = 0;
-        for (start, end, kind) in spans {
+        for (start, (end, kind)) in spans {
             out.push_str(&text[at..start]);
             out.push_str("[REDACTED ");
             out.push_str(kind);
             out.push(']');
+            if keep_lines {
+                for _ in 0..text[start..end].matches('\n').count() {
+                    out.push('\n');
+                }
+            }
             *found.entry(kind.to_string()).or_default() += 1;
             at = end;
         }
