@@ -169,7 +169,8 @@ pub struct Ender {
     /// The suffix's next non-empty line, trimmed: the model writing it again has passed
     /// the middle.
     suffix_line: String,
-    /// The cursor is inside a line (text after it on the line): one line only.
+    /// The cursor is inside a line, or after a statement's start that opens no block:
+    /// one line only.
     single_line: bool,
 }
 
@@ -177,7 +178,12 @@ impl Ender {
     pub fn new(template: Template, prefix: &str, suffix: &str) -> Self {
         let rest_of_line = suffix.split('\n').next().unwrap_or_default();
         let line_before = prefix.rsplit('\n').next().unwrap_or_default();
-        let single_line = !rest_of_line.trim().is_empty() && !line_before.trim().is_empty();
+        // One line when the cursor is inside a line, or after the start of a statement
+        // that does not open a block (as continue decides): `return width * ` wants the
+        // rest of its line; `def f():` or `{` may want a body.
+        let opens_block = line_before.trim_end().ends_with(['{', ':', '(', '[']);
+        let single_line =
+            !line_before.trim().is_empty() && (!rest_of_line.trim().is_empty() || !opens_block);
         let suffix_line = suffix
             .lines()
             // Inside a line the suffix's first line is the rest of the cursor's line;

@@ -144,3 +144,87 @@ async fn an_abandoned_completion_stops_the_upstream() {
     let took = dropped.elapsed();
     assert!(took < Duration::from_secs(1), "cancelled after {took:?}");
 }
+
+/// continue-shaped completions against the real llama.cpp server with the quick start's
+/// model (Qwen2.5-Coder-0.5B, which has FIM tokens): the middle stops where it should, a
+/// line inside a line, a body before the suffix's next line, a closing brace alone.
+#[tokio::test]
+async fn a_real_model_fills_the_middle_and_stops_where_it_should() {
+    let (Ok(python), Ok(gguf)) = (
+        std::env::var("ASSIST_MODEL_PYTHON"),
+        std::env::var("ASSIST_MODEL_GGUF"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the real-model tests: use scripts/test.sh"
+        );
+        eprintln!("SKIPPED: the model server is not installed; run scripts/test.sh");
+        return;
+    };
+    let model = crate::real_model::start_model_server(&python, &gguf).await;
+    let up = ScriptedUpstream::start().await; // unused: the gateway talks to the model server
+    let gw = Gateway::start(&up, Provider::Openai, |s| {
+        s.llm.base_url = format!("http://127.0.0.1:{}/v1", model.port);
+        s.llm.model = crate::real_model::MODEL.into();
+        s.llm.first_byte_timeout = Duration::from_secs(120);
+        s.completion.template = "qwen".into();
+    })
+    .await;
+    let complete = |path: &'static str, prefix: &'static str, suffix: &'static str| {
+        let url = gw.url(path);
+        async move {
+            let body = if path == "/api/generate" {
+                json!({"model": "brunix", "stream": false, "prompt": prefix, "suffix": suffix,
+                    "options": {"temperature": 0, "num_predict": 64}})
+            } else {
+                json!({"model": "brunix", "stream": false, "prompt": prefix, "suffix": suffix,
+                    "temperature": 0, "max_tokens": 64})
+            };
+            let (status, _, text) = post(&url, body).await;
+            assert_eq!(status, 200, "{text}");
+            let v: Value = serde_json::from_str(&text).unwrap();
+            v["response"]
+                .as_str()
+                .or_else(|| v["choices"][0]["text"].as_str())
+                .unwrap_or_default()
+                .to_string()
+        }
+    };
+    // A single line, the cursor inside it (continue's Ollama provider).
+    let line = complete(
+        "/api/generate",
+        "def area(width, height):\n    return width * ",
+        "\n\nprint(area(2, 3))\n",
+    )
+    .await;
+    println!("single line: {line:?}");
+    assert!(!line.trim().is_empty(), "an empty middle");
+    assert!(!line.contains('\n'), "more than the line: {line:?}");
+    // A body before the suffix's next line (OpenAI's completions, as Zed sends them).
+    let body = complete(
+        "/v1/completions",
+        "def mean(values):\n    \"\"\"The arithmetic mean of a non-empty list.\"\"\"\n",
+        "    return total / len(values)\n",
+    )
+    .await;
+    println!("body: {body:?}");
+    assert!(!body.trim().is_empty(), "an empty middle");
+    assert!(
+        !body.contains("return total / len(values)"),
+        "the suffix was written again: {body:?}"
+    );
+    assert!(!body.contains("<|"), "an end token leaked: {body:?}");
+    // A closing brace.
+    let close = complete(
+        "/api/generate",
+        "fn add(a: i32, b: i32) -> i32 {\n    a + b\n",
+        "\n\nfn main() {\n    println!(\"{}\", add(1, 2));\n}\n",
+    )
+    .await;
+    println!("closing: {close:?}");
+    assert!(close.trim_start().starts_with('}'), "{close:?}");
+    assert!(
+        !close.contains("fn main"),
+        "the suffix was written again: {close:?}"
+    );
+}
