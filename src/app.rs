@@ -167,7 +167,18 @@ pub fn build(mut settings: Settings) -> anyhow::Result<AppState> {
         retriever,
         embedder,
     } = pipeline(&settings, true)?;
-    Ok(AppState::new(settings, pipeline, retriever, embedder))
+    // Usage is counted per key: only a gateway with keys counts it.
+    let usage = if settings.server.api_keys.is_empty() {
+        None
+    } else {
+        Some(Arc::new(sessions::usage::Usage::from_settings(
+            &settings.sessions,
+            &settings.data_dir,
+        )?))
+    };
+    let mut state = AppState::new(settings, pipeline, retriever, embedder);
+    state.usage = usage;
+    Ok(state)
 }
 
 /// Raises the process's soft limit of open files to its hard limit, and holds

@@ -22,6 +22,7 @@ pub struct Settings {
     pub server: ServerSettings,
     pub grpc: GrpcSettings,
     pub log: LogSettings,
+    pub telemetry: TelemetrySettings,
     pub assistant: AssistantSettings,
     pub context: ContextSettings,
     pub privacy: PrivacySettings,
@@ -42,10 +43,10 @@ pub struct Settings {
 #[serde(deny_unknown_fields)]
 pub struct ServerSettings {
     pub addr: String,
-    #[serde(deserialize_with = "list_or_comma_string")]
-    pub api_keys: Vec<String>,
-    /// A file with more keys, one a line (`#` comments and blank lines ignored), read at
-    /// start-up and added to `api_keys`.
+    #[serde(deserialize_with = "api_key_list")]
+    pub api_keys: Vec<ApiKey>,
+    /// A file with more keys, one a line (`key`, or `name key`; `#` comments and blank
+    /// lines ignored), read at start-up and added to `api_keys`.
     #[serde(default, with = "unset_if_empty")]
     pub api_keys_file: Option<PathBuf>,
     #[serde(deserialize_with = "list_or_comma_string")]
@@ -96,6 +97,177 @@ pub struct ServerSettings {
     /// the links of cited sources; empty = the request's own scheme and `Host`.
     #[serde(default, with = "unset_if_empty")]
     pub public_url: Option<String>,
+}
+
+/// One accepted API key: the secret, the name it is counted and reported under (never
+/// the secret), and its own limits. In TOML a plain string or a table
+/// `{ name, key, tokens_per_day, requests_per_minute }`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "ApiKeyEntry")]
+pub struct ApiKey {
+    /// Its name in usage reports and metrics; `None`: `key-` and the start of the key's
+    /// SHA-256 digest (see `serve::access`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub key: String,
+    /// Prompt and answer tokens the key may use per UTC day; 0 = no limit.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens_per_day: u64,
+    /// Answers the key may ask for per minute, counted across replicas; 0 = no limit.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub requests_per_minute: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ApiKeyEntry {
+    Plain(String),
+    Named(NamedKey),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NamedKey {
+    #[serde(default)]
+    name: Option<String>,
+    key: String,
+    #[serde(default)]
+    tokens_per_day: u64,
+    #[serde(default)]
+    requests_per_minute: u64,
+}
+
+impl From<ApiKeyEntry> for ApiKey {
+    fn from(entry: ApiKeyEntry) -> Self {
+        match entry {
+            ApiKeyEntry::Plain(key) => key.into(),
+            ApiKeyEntry::Named(k) => Self {
+                name: k.name.map(|n| n.trim().to_string()),
+                key: k.key,
+                tokens_per_day: k.tokens_per_day,
+                requests_per_minute: k.requests_per_minute,
+            },
+        }
+    }
+}
+
+impl From<String> for ApiKey {
+    fn from(key: String) -> Self {
+        Self {
+            name: None,
+            key,
+            tokens_per_day: 0,
+            requests_per_minute: 0,
+        }
+    }
+}
+
+impl From<&str> for ApiKey {
+    fn from(key: &str) -> Self {
+        key.to_string().into()
+    }
+}
+
+impl PartialEq<&str> for ApiKey {
+    fn eq(&self, other: &&str) -> bool {
+        self.name.is_none() && self.key == *other
+    }
+}
+
+/// `api_keys`: a list of plain keys and `{ name, key, … }` tables, or (from the
+/// environment) one comma-separated string of plain keys.
+fn api_key_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ApiKey>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum ListOrString {
+        List(Vec<ApiKey>),
+        Str(String),
+    }
+    Ok(match ListOrString::deserialize(d)? {
+        ListOrString::List(v) => v,
+        ListOrString::Str(s) => s
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(ApiKey::from)
+            .collect(),
+    })
+}
+
+/// Traces over OTLP (OpenTelemetry): one trace per request, a span per stage.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySettings {
+    /// Where traces go: an OTLP/HTTP traces URL (`http://collector:4318/v1/traces`, used
+    /// as it is) or, with `otlp_protocol = "grpc"`, an OTLP/gRPC address
+    /// (`http://collector:4317`). `None`: no traces.
+    #[serde(default, with = "unset_if_empty")]
+    pub otlp_endpoint: Option<String>,
+    pub otlp_protocol: OtlpProtocol,
+    /// Headers sent with every export (a collector's or Langfuse's `Authorization`).
+    #[serde(default)]
+    pub otlp_headers: std::collections::BTreeMap<String, String>,
+    /// Messages, prompts, answers and chunk texts on the spans (redacted); off: sizes,
+    /// ids, scores and decisions only.
+    pub capture_content: bool,
+    /// `service.name` of the traces.
+    pub service_name: String,
+    /// Finished spans waiting for export; more are dropped (never waited for).
+    pub max_queue_spans: usize,
+    /// How often the queue is exported.
+    #[serde(rename = "export_delay_ms", with = "millis")]
+    pub export_delay: Duration,
+    /// Longest one export may take.
+    #[serde(rename = "export_timeout_secs", with = "secs")]
+    pub export_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OtlpProtocol {
+    /// OTLP/HTTP with protobuf bodies.
+    Http,
+    /// OTLP/gRPC.
+    Grpc,
+}
+
+impl TelemetrySettings {
+    fn validate(&self) -> Result<(), SettingsError> {
+        if let Some(url) = &self.otlp_endpoint {
+            check(
+                url.starts_with("http://") || url.starts_with("https://"),
+                "telemetry.otlp_endpoint",
+                "must be an http:// or https:// URL (e.g. http://127.0.0.1:4318/v1/traces)",
+            )?;
+        }
+        for (name, value) in &self.otlp_headers {
+            check(
+                axum::http::HeaderName::from_bytes(name.as_bytes()).is_ok()
+                    && axum::http::HeaderValue::from_str(value).is_ok(),
+                "telemetry.otlp_headers",
+                "each entry must be a valid HTTP header name and value",
+            )?;
+        }
+        check(
+            self.max_queue_spans >= 64,
+            "telemetry.max_queue_spans",
+            "must be at least 64",
+        )?;
+        check(
+            !self.export_delay.is_zero() && !self.export_timeout.is_zero(),
+            "telemetry.export_delay_ms / telemetry.export_timeout_secs",
+            "must be more than 0",
+        )?;
+        check(
+            !self.service_name.trim().is_empty(),
+            "telemetry.service_name",
+            "must not be empty",
+        )
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -591,6 +763,7 @@ impl Settings {
     pub fn validate(&self) -> Result<(), SettingsError> {
         self.server.validate()?;
         self.grpc.validate()?;
+        self.telemetry.validate()?;
         self.assistant.validate()?;
         self.context.validate()?;
         self.classifier.validate()?;
@@ -615,11 +788,17 @@ impl ServerSettings {
         let shown = path.display();
         let text = std::fs::read_to_string(path)
             .map_err(|e| SettingsError::new("server.api_keys_file", format!("{shown}: {e}")))?;
-        let keys: Vec<String> = text
+        let keys: Vec<ApiKey> = text
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            .map(String::from)
+            .map(|line| match line.split_whitespace().collect::<Vec<_>>()[..] {
+                [name, key] => ApiKey {
+                    name: Some(name.to_string()),
+                    ..ApiKey::from(key)
+                },
+                _ => ApiKey::from(line),
+            })
             .collect();
         if keys.is_empty() {
             return Err(SettingsError::new(
@@ -705,10 +884,32 @@ impl ServerSettings {
             }
         }
         check(
-            self.api_keys.iter().all(|k| !k.trim().is_empty()),
+            self.api_keys.iter().all(|k| !k.key.trim().is_empty()),
             "server.api_keys",
             "keys must not be empty",
         )?;
+        let mut names = std::collections::HashSet::new();
+        for name in self.api_keys.iter().filter_map(|k| k.name.as_deref()) {
+            check(
+                !name.is_empty()
+                    && name.len() <= 64
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c)),
+                "server.api_keys",
+                "a key's name is 1 to 64 ASCII letters, digits and - _ . @",
+            )?;
+            check(
+                names.insert(name),
+                "server.api_keys",
+                "two keys have the same name",
+            )?;
+            check(
+                !self.api_keys.iter().any(|k| k.key == name),
+                "server.api_keys",
+                "a key's name must not be a key (names are shown in metrics and reports)",
+            )?;
+        }
         for origin in &self.cors_origins {
             let ok = origin == "*"
                 || (origin.starts_with("http://") || origin.starts_with("https://"))

@@ -23,3 +23,4 @@ pub mod retrieval;
 pub mod serve;
 pub mod sessions;
 pub mod telemetry;
+pub mod trace;

@@ -165,7 +165,6 @@ fn main() -> ExitCode {
         // The progress bar and the table are the output; RUST_LOG brings the stage logs back.
         settings.log.level = "warn".into();
     }
-    init_logging(&settings);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -173,8 +172,23 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Traces are the server's: built inside the runtime that carries their exports.
+    let tracing = match &cli.command {
+        Command::Serve { .. } => {
+            let _inside = runtime.enter();
+            match assist_gateway::trace::Tracing::start(&settings.telemetry) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("assist-gateway: telemetry.otlp_endpoint: {e:#}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        _ => None,
+    };
+    init_logging(&settings, tracing.as_ref());
     let result = runtime.block_on(async {
-        match cli.command {
+        let result = match cli.command {
             Command::Serve { .. } => serve(settings).await,
             Command::Ingest { paths, rebuild, .. } => ingest(settings, paths, rebuild).await,
             Command::Ask {
@@ -204,7 +218,12 @@ fn main() -> ExitCode {
                         ..
                     },
             } => eval_answers(settings, dataset, category, limit, judge_model, out).await,
+        };
+        // The spans still queued leave before the process does.
+        if let Some(tracing) = tracing {
+            tracing.shutdown().await;
         }
+        result
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -512,7 +531,8 @@ async fn shutdown_signal() {
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
-fn init_logging(settings: &Settings) {
+fn init_logging(settings: &Settings, tracing: Option<&assist_gateway::trace::Tracing>) {
+    use tracing_subscriber::prelude::*;
     // qdrant-edge warns about server-only feature flags on every open; keep its errors only.
     let level = if settings.log.level.contains("qdrant_edge") {
         settings.log.level.clone()
@@ -524,18 +544,29 @@ fn init_logging(settings: &Settings) {
         .unwrap_or_else(|_| EnvFilter::new("info"));
     // Whatever the filter asks for: dependencies that log what they carry at debug or
     // trace (rmcp a tool call's arguments, h2 and hyper headers, reqwest bodies) stop at
-    // info, so no question, code or key reaches the log.
-    for quiet in assist_gateway::telemetry::QUIET_DEPENDENCIES {
+    // info, so no question, code or key reaches the log; the trace spans are not logged.
+    for quiet in assist_gateway::telemetry::QUIET_DEPENDENCIES
+        .iter()
+        .chain([&assist_gateway::trace::NOT_LOGGED])
+    {
         if let Ok(directive) = quiet.parse() {
             filter = filter.add_directive(directive);
         }
     }
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    match settings.log.format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
-    }
+    // The filter is the log's alone: the trace layer takes the gateway's spans whatever
+    // the log level.
+    let log = match settings.log.format {
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .boxed(),
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(std::io::stderr)
+            .boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(log.with_filter(filter))
+        .with(tracing.map(|t| t.layer()))
+        .init();
 }

@@ -119,6 +119,18 @@ fn describe() {
         Unit::Seconds,
         "Time of each retrieval list (lexical, dense incl. query embedding) and the fusion"
     );
+    describe_counter!(
+        "assist_key_requests_total",
+        "Answers asked for, per API key name and model"
+    );
+    describe_counter!(
+        "assist_key_errors_total",
+        "Answers that ended with an error, per API key name and model"
+    );
+    describe_counter!(
+        "assist_key_tokens_total",
+        "Tokens per API key name, model and kind (input: the prompt, output: the answer)"
+    );
     describe_gauge!("assist_sessions", "Conversation sessions kept by the store");
     describe_gauge!("assist_index_chunks", "Chunks in each knowledge index");
     describe_gauge!("assist_streams_active", "Streaming responses open now");
@@ -195,6 +207,23 @@ pub fn secrets_redacted<'k>(
         metrics::counter!("assist_invisible_characters_removed_total", "where" => place)
             .increment(invisible as u64);
     }
+}
+
+/// One answer of the API key named `key` (its name, never the key): requests, errors
+/// and tokens by model.
+pub fn key_usage(key: &str, model: &str, error: bool, input_tokens: u64, output_tokens: u64) {
+    let key = SharedString::from(key.to_string());
+    let model = SharedString::from(model.to_string());
+    metrics::counter!("assist_key_requests_total", "key" => key.clone(), "model" => model.clone())
+        .increment(1);
+    if error {
+        metrics::counter!("assist_key_errors_total", "key" => key.clone(), "model" => model.clone())
+            .increment(1);
+    }
+    metrics::counter!("assist_key_tokens_total", "key" => key.clone(), "model" => model.clone(), "kind" => "input")
+        .increment(input_tokens);
+    metrics::counter!("assist_key_tokens_total", "key" => key, "model" => model, "kind" => "output")
+        .increment(output_tokens);
 }
 
 /// A search whose dense half missed `retrieval.deadline_ms`.

@@ -40,6 +40,7 @@ use crate::serve::chat::{self, ChatLog, End, Piece, Render};
 use crate::serve::{bounds, evaluation, AppState};
 use crate::sessions::Owner;
 use crate::telemetry;
+use crate::trace;
 
 /// What an empty `session_id` means (as in the reference).
 const DEFAULT_SESSION: &str = "default";
@@ -70,22 +71,27 @@ impl Engine {
             "grpc",
             route,
             self.state.pipeline.clone(),
+            Some(request.metadata().as_ref()),
         );
         log.request(self.state.pipeline.assistant_model(), streamed);
         let Some(admitted) = request.extensions().get::<Admitted>().cloned() else {
             return Err(Status::internal("the call was not admitted"));
         };
-        let turn = match self.turn(request.into_inner()) {
+        log.caller(&self.state, admitted.caller.as_ref());
+        let parse = tracing::info_span!(target: trace::TARGET, parent: log.span(), "parse");
+        let turn = match parse.in_scope(|| self.turn(request.into_inner())) {
             Ok(turn) => turn,
             Err(e) => {
+                trace::fail(&parse, e.code.unwrap_or(e.kind), &e.message);
                 log.failed(&e, false);
                 return Err(status(&e));
             }
         };
+        drop(parse);
         let state = self.state.clone();
         let avap_code = state.settings.grpc.avap_code.clone();
         let answers = async_stream::stream! {
-            let Admitted { owner, gate } = admitted;
+            let Admitted { owner, gate, .. } = admitted;
             let events =
                 chat::start(&state, gate.as_ref(), &owner, &mut log, turn, streamed).await;
             let events = match events {
@@ -173,6 +179,8 @@ impl Engine {
 struct Admitted {
     owner: Owner,
     gate: Option<StreamGate>,
+    /// The caller, when it presented a key.
+    caller: Option<Caller>,
 }
 
 /// The key check and the per-minute limit, on a call's metadata before its message is
@@ -214,6 +222,7 @@ impl Admission {
         Ok(Admitted {
             owner: caller.owner(),
             gate,
+            caller: matches!(caller, Caller::Key(_)).then_some(caller),
         })
     }
 }

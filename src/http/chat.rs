@@ -23,6 +23,9 @@ use crate::serve::access::{Caller, StreamGate};
 use crate::serve::chat::{self, ChatLog, Render, Timing};
 use crate::sessions::Owner;
 use crate::telemetry;
+use crate::trace;
+use tracing::field::Empty;
+use tracing::Instrument;
 
 /// An HTTP dialect's rendering: its events as bytes of its stream, and a whole answer
 /// as one JSON body.
@@ -95,10 +98,23 @@ pub fn post<D: Dialect, R: HttpRender>(
               OriginalUri(uri): OriginalUri,
               headers: HeaderMap,
               body: Body| async move {
-            let log = ChatLog::new(request_id(&headers), D::NAME, route, state.pipeline.clone());
+            let mut log = ChatLog::new(
+                request_id(&headers),
+                D::NAME,
+                route,
+                state.pipeline.clone(),
+                Some(&headers),
+            );
+            log.caller(&state, caller.as_ref().map(|Extension(c)| c));
+            let parse_span = tracing::info_span!(target: trace::TARGET, parent: log.span(), "parse",
+                assist.body_bytes = Empty);
             let parsed = body::read(&state.settings.server, body)
+                .instrument(parse_span.clone())
                 .await
-                .and_then(|b| parse(&b))
+                .and_then(|b| {
+                    parse_span.record("assist.body_bytes", b.len() as i64);
+                    parse_span.in_scope(|| parse(&b))
+                })
                 .map(|mut p| {
                     if p.turn.session_id.is_none() {
                         p.turn.session_id =
@@ -108,6 +124,10 @@ pub fn post<D: Dialect, R: HttpRender>(
                         .link_sources(&sources::base(&state.settings.server, &uri, &headers));
                     p
                 });
+            if let Err(e) = &parsed {
+                trace::fail(&parse_span, e.code.unwrap_or(e.kind), &e.message);
+            }
+            drop(parse_span);
             // A key's own sessions; without keys, the one shared namespace.
             let owner = caller.map_or_else(Owner::shared, |Extension(c)| c.owner());
             let gate = gate.map(|Extension(g)| g);

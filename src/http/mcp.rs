@@ -24,6 +24,7 @@ use serde_json::{json, Map, Value};
 
 use super::{request_id, sources, AppState};
 use crate::context::EditorContext;
+use crate::error::GatewayError;
 use crate::llm::UpstreamRequest;
 use crate::pipeline::{ChatTurn, Event};
 use crate::privacy::Privacy;
@@ -422,46 +423,71 @@ impl Knowledge {
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let state = &self.state;
-        if args.question.trim().is_empty() {
-            return Err(ErrorData::invalid_params("question is empty", None));
-        }
-        let server = &state.settings.server;
-        for (name, text) in [
-            ("question", Some(&args.question)),
-            ("selected_code", args.selected_code.as_ref()),
-            ("open_file", args.open_file.as_ref()),
-        ] {
-            if let Some(text) = text {
-                bounds::check_length(server, name, text.chars().count())
-                    .map_err(|e| ErrorData::invalid_params(e.message, None))?;
-            }
-        }
-        // Blocks in the question are read as an API request's would be; the code comes
-        // as plain text.
-        let mut editor = EditorContext::from_request(None, None, &args.question);
-        editor.selected_text = args.selected_code.unwrap_or_default();
-        editor.editor_content = args.open_file.unwrap_or_default();
-        let turn = ChatTurn {
-            request: UpstreamRequest::question(state.pipeline.assistant_model(), args.question),
-            session_id: None,
-            editor,
-        };
         let parts = parts(context);
+        let id = parts.map(|p| request_id(&p.headers)).unwrap_or_default();
+        let mut log = ChatLog::new(
+            id,
+            "mcp",
+            "/mcp ask",
+            state.pipeline.clone(),
+            parts.map(|p| &p.headers),
+        );
+        log.caller(state, parts.and_then(|p| p.extensions.get::<Caller>()));
+        log.request(state.pipeline.assistant_model(), true);
+        let parse = tracing::info_span!(target: crate::trace::TARGET, parent: log.span(), "parse");
+        let turn = parse.in_scope(|| {
+            if args.question.trim().is_empty() {
+                return Err(GatewayError::invalid("question", "question is empty"));
+            }
+            let server = &state.settings.server;
+            for (name, text) in [
+                ("question", Some(&args.question)),
+                ("selected_code", args.selected_code.as_ref()),
+                ("open_file", args.open_file.as_ref()),
+            ] {
+                if let Some(text) = text {
+                    bounds::check_length(server, name, text.chars().count())?;
+                }
+            }
+            // Blocks in the question are read as an API request's would be; the code
+            // comes as plain text.
+            let mut editor = EditorContext::from_request(None, None, &args.question);
+            editor.selected_text = args.selected_code.unwrap_or_default();
+            editor.editor_content = args.open_file.unwrap_or_default();
+            Ok(ChatTurn {
+                request: UpstreamRequest::question(
+                    state.pipeline.assistant_model(),
+                    args.question,
+                ),
+                session_id: None,
+                editor,
+            })
+        });
+        let turn = match turn {
+            Ok(turn) => turn,
+            Err(e) => {
+                crate::trace::fail(&parse, e.code.unwrap_or(e.kind), &e.message);
+                log.failed(&e, false);
+                return Err(ErrorData::invalid_params(e.message, None));
+            }
+        };
+        drop(parse);
         let owner = parts
             .and_then(|p| p.extensions.get::<Caller>())
             .map_or_else(Owner::shared, Caller::owner);
         let gate = parts
             .and_then(|p| p.extensions.get::<StreamGate>())
             .cloned();
-        let id = parts.map(|p| request_id(&p.headers)).unwrap_or_default();
-        let mut log = ChatLog::new(id, "mcp", "/mcp ask", state.pipeline.clone());
-        log.request(state.pipeline.assistant_model(), true);
         let progress = context.meta.get_progress_token();
         let events = chat::start(state, gate.as_ref(), &owner, &mut log, turn, true)
             .await
             .map_err(|e| {
                 log.failed(&e, false);
-                ErrorData::internal_error(e.message.clone(), None)
+                // A spent limit says when to come back, as HTTP's retry-after does.
+                let data = e
+                    .retry_after
+                    .map(|secs| json!({"status": e.status.as_u16(), "retry_after": secs}));
+                ErrorData::internal_error(e.message.clone(), data)
             });
         let mut events = events?;
         let mut text = String::new();

@@ -25,16 +25,61 @@ use crate::config::ServerSettings;
 use crate::error::GatewayError;
 use crate::sessions::Owner;
 
-/// The accepted keys, as digests.
+/// The accepted keys, as digests, each with its name and limits.
 pub struct Keys {
     digests: Vec<[u8; 32]>,
+    ids: Vec<Arc<KeyId>>,
+}
+
+/// What an accepted key is known as: its name (never the key) and its own limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyId {
+    /// The configured name, else `key-` and the start of the key's SHA-256.
+    pub name: String,
+    /// Tokens per UTC day (0: no limit).
+    pub tokens_per_day: u64,
+    /// Answers per minute (0: no limit).
+    pub requests_per_minute: u64,
+}
+
+impl KeyId {
+    /// Whether the key has a limit of its own.
+    pub fn limited(&self) -> bool {
+        self.tokens_per_day > 0 || self.requests_per_minute > 0
+    }
 }
 
 impl Keys {
     pub fn from_settings(server: &ServerSettings) -> Arc<Self> {
-        Arc::new(Self {
-            digests: server.api_keys.iter().map(|k| digest(k)).collect(),
-        })
+        let digests: Vec<[u8; 32]> = server.api_keys.iter().map(|k| digest(&k.key)).collect();
+        let ids = server
+            .api_keys
+            .iter()
+            .zip(&digests)
+            .map(|(k, d)| {
+                Arc::new(KeyId {
+                    name: k.name.clone().unwrap_or_else(|| {
+                        let hex: String = d[..4].iter().map(|b| format!("{b:02x}")).collect();
+                        format!("key-{hex}")
+                    }),
+                    tokens_per_day: k.tokens_per_day,
+                    requests_per_minute: k.requests_per_minute,
+                })
+            })
+            .collect();
+        Arc::new(Self { digests, ids })
+    }
+
+    /// The name and limits of the key a caller presented (`None` for a caller known by
+    /// its address).
+    pub fn id(&self, caller: &Caller) -> Option<Arc<KeyId>> {
+        let Caller::Key(digest) = caller else {
+            return None;
+        };
+        self.digests
+            .iter()
+            .position(|d| d == digest)
+            .map(|i| self.ids[i].clone())
     }
 
     /// Whether a key is needed (`server.api_keys` is set).
@@ -303,12 +348,18 @@ mod key_tests {
     fn keys_are_matched_exactly() {
         let keys = Keys {
             digests: vec![digest("k1"), digest("k2")],
+            ids: Vec::new(),
         };
         assert_eq!(keys.check(Some("Bearer k2")).ok(), Some(digest("k2")));
         for wrong in ["Bearer k", "Bearer k22", "Bearer ", "k1"] {
             assert!(keys.check(Some(wrong)).is_err(), "{wrong}");
         }
-        assert!(Keys { digests: vec![] }.check(Some("Bearer k1")).is_err());
+        assert!(Keys {
+            digests: vec![],
+            ids: vec![]
+        }
+        .check(Some("Bearer k1"))
+        .is_err());
     }
 
     #[test]

@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
-use super::access::{StreamGate, StreamSlot};
+use tracing::field::Empty;
+use tracing::Instrument;
+
+use super::access::{Caller, KeyId, StreamGate, StreamSlot};
 use super::bounds::check_limits;
 use super::AppState;
 use crate::context::UsedItem;
@@ -21,8 +24,10 @@ use crate::error::GatewayError;
 use crate::llm::{FinishReason, ToolCall, Usage};
 use crate::pipeline::classify::truncate_chars;
 use crate::pipeline::{self, Answer, ChatTurn, Event, EventStream, Pipeline, Source};
+use crate::sessions::usage::{Counts, Usage as KeyUsage};
 use crate::sessions::Owner;
 use crate::telemetry::{self, UpstreamClock};
+use crate::trace;
 
 /// When the answer started and when its first token went out (Ollama reports both).
 #[derive(Debug, Clone, Copy)]
@@ -103,6 +108,13 @@ pub async fn start(
     stream: bool,
 ) -> Result<EventStream, GatewayError> {
     check_limits(&state.settings.server, &turn)?;
+    // The key's own limits (tokens per day, answers per minute), counted in the store
+    // replicas share.
+    if let (Some(key), Some(usage)) = (log.key.as_ref().filter(|k| k.limited()), &log.key_usage) {
+        usage
+            .admit(&key.name, key.tokens_per_day, key.requests_per_minute)
+            .await?;
+    }
     // A client that takes its answer whole: the pipeline may ask for it whole too.
     turn.request.whole = !stream;
     if stream {
@@ -113,12 +125,15 @@ pub async fn start(
     state
         .pipeline
         .run_timed(turn, owner, log.upstream.clone())
+        .instrument(log.span.clone())
         .await
 }
 
 /// A whole answer: the events collected; `log` learns how it ended.
 pub async fn collect(events: EventStream, log: &mut ChatLog) -> Result<Answer, GatewayError> {
-    match pipeline::collect(events).await {
+    let span = tracing::info_span!(target: trace::TARGET, parent: &log.span, "collect",
+        otel.name = "answer to client (whole)");
+    match pipeline::collect(events).instrument(span).await {
         Ok(answer) => {
             log.done(answer.usage);
             Ok(answer)
@@ -137,7 +152,11 @@ fn rendered<R: Render>(
     mut render: R,
     mut log: ChatLog,
 ) -> impl futures::Stream<Item = R::Piece> + Send {
+    // The stream to the client, from its first event to its end.
+    let span = tracing::info_span!(target: trace::TARGET, parent: &log.span, "stream",
+        otel.name = "stream to client", assist.pieces = Empty);
     async_stream::stream! {
+        let _span = span;
         if let Some(opening) = render.opening() {
             yield opening;
         }
@@ -157,6 +176,7 @@ fn rendered<R: Render>(
                 }
                 Event::Done { finish, usage } => {
                     log.done(usage);
+                    _span.record("assist.pieces", log.deltas as i64);
                     yield render.end(End {
                         finish,
                         usage,
@@ -395,6 +415,11 @@ pub struct ChatLog {
     pipeline: Arc<Pipeline>,
     /// Set when the stream was dropped because its client stopped reading.
     too_slow: Option<Arc<AtomicBool>>,
+    /// The request's root span (a disabled one when traces are off).
+    span: tracing::Span,
+    /// The caller's key, its usage counted when the request ends.
+    key: Option<Arc<KeyId>>,
+    key_usage: Option<Arc<KeyUsage>>,
 }
 
 /// Longest model name a log line shows (a client may send any string).
@@ -402,14 +427,19 @@ const LOGGED_MODEL_CHARS: usize = 64;
 
 impl ChatLog {
     /// The log of a request that `request_id` names in the logs, arrived over
-    /// `dialect` on `route`.
+    /// `dialect` on `route`; its trace continues the one a `traceparent` in `headers`
+    /// names.
     pub fn new(
         request_id: String,
         dialect: &'static str,
         route: &'static str,
         pipeline: Arc<Pipeline>,
+        headers: Option<&http::HeaderMap>,
     ) -> Self {
         Self {
+            span: trace::request_span(dialect, route, headers),
+            key: None,
+            key_usage: None,
             request_id,
             dialect,
             route,
@@ -431,9 +461,26 @@ impl ChatLog {
         }
     }
 
+    /// The request's root span: its stages' spans are its children.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// Who asks: with a key, its usage is counted under its name, and its limits apply.
+    pub fn caller(&mut self, state: &AppState, caller: Option<&Caller>) {
+        self.key = caller.and_then(|c| state.keys.id(c));
+        self.key_usage = self.key.as_ref().and(state.usage.clone());
+        if let Some(key) = &self.key {
+            self.span.record("assist.key", key.name.as_str());
+        }
+    }
+
     pub fn request(&mut self, model: &str, stream: bool) {
         self.model = model.to_string();
         self.stream = stream;
+        self.span
+            .record("gen_ai.request.model", truncate_chars(model, LOGGED_MODEL_CHARS));
+        self.span.record("gen_ai.request.stream", stream);
     }
 
     pub fn delta(&mut self) {
@@ -497,6 +544,31 @@ impl Drop for ChatLog {
         }
         .record();
         let ttft_ms = ttft.map(|t| t.as_secs_f64() * 1e3);
+        self.span
+            .record("http.response.status_code", i64::from(self.status));
+        self.span.record("assist.outcome", self.outcome);
+        if let Some(ms) = ttft_ms {
+            self.span.record("assist.ttft_ms", ms);
+        }
+        if let Some(error) = self.error {
+            trace::fail(&self.span, error, self.outcome);
+        }
+        if let Some(key) = &self.key {
+            let counts = Counts {
+                requests: 1,
+                errors: u64::from(self.error.is_some()),
+                input_tokens: self.usage.map_or(0, |u| u.prompt_tokens),
+                output_tokens: match (self.usage, self.deltas) {
+                    (Some(u), _) => u.completion_tokens,
+                    (None, deltas) => deltas,
+                },
+            };
+            telemetry::key_usage(&key.name, &label, counts.errors > 0, counts.input_tokens, counts.output_tokens);
+            if let (Some(usage), Ok(rt)) = (self.key_usage.clone(), tokio::runtime::Handle::try_current()) {
+                let (name, model) = (key.name.clone(), label.clone());
+                rt.spawn(async move { usage.add(&name, &model, counts).await });
+            }
+        }
         tracing::info!(
             request_id = self.request_id,
             dialect = self.dialect,

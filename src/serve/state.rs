@@ -25,6 +25,8 @@ pub struct AppState {
     pub keys: Arc<Keys>,
     /// Per-caller limits, counted across every API (`None`: none configured).
     pub limits: Option<Arc<Limits>>,
+    /// Usage per API key and the keys' own limits (`None`: no keys, or not counted).
+    pub usage: Option<Arc<crate::sessions::usage::Usage>>,
 }
 
 impl AppState {
@@ -41,6 +43,7 @@ impl AppState {
             embedding_slots,
             keys: Keys::from_settings(&settings.server),
             limits: Limits::from_settings(&settings.server),
+            usage: None,
             settings: Arc::new(settings),
             pipeline: Arc::new(pipeline),
             retriever,

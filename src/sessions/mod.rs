@@ -13,6 +13,7 @@
 
 pub mod embedded;
 pub mod redis;
+pub mod usage;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

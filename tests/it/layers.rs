@@ -10,6 +10,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("llm", 1),
     ("error", 2),
     ("telemetry", 2),
+    ("trace", 2),
     ("privacy", 3),
     ("retrieval", 4),
     ("sessions", 4),
