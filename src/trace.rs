@@ -235,11 +235,12 @@ pub fn set_strings(span: &Span, key: &'static str, values: &[&str]) {
     }
 }
 
-/// Marks the span failed: `error.type` and an error status with `message`.
-pub fn fail(span: &Span, kind: &str, message: &str) {
+/// Marks the span failed: `error.type` and an error status, both `kind` (an error's
+/// code, never its message, which may quote a request or the upstream).
+pub fn fail(span: &Span, kind: &str) {
     if enabled() && !span.is_disabled() {
         span.set_attribute("error.type", kind.to_string());
-        span.set_status(Status::error(message.to_string()));
+        span.set_status(Status::error(kind.to_string()));
     }
 }
 

@@ -82,7 +82,7 @@ impl Engine {
         let turn = match parse.in_scope(|| self.turn(request.into_inner())) {
             Ok(turn) => turn,
             Err(e) => {
-                trace::fail(&parse, e.code.unwrap_or(e.kind), &e.message);
+                trace::fail(&parse, e.code.unwrap_or(e.kind));
                 log.failed(&e, false);
                 return Err(status(&e));
             }

@@ -125,7 +125,7 @@ pub fn post<D: Dialect, R: HttpRender>(
                     p
                 });
             if let Err(e) = &parsed {
-                trace::fail(&parse_span, e.code.unwrap_or(e.kind), &e.message);
+                trace::fail(&parse_span, e.code.unwrap_or(e.kind));
             }
             drop(parse_span);
             // A key's own sessions; without keys, the one shared namespace.

@@ -466,7 +466,7 @@ impl Knowledge {
         let turn = match turn {
             Ok(turn) => turn,
             Err(e) => {
-                crate::trace::fail(&parse, e.code.unwrap_or(e.kind), &e.message);
+                crate::trace::fail(&parse, e.code.unwrap_or(e.kind));
                 log.failed(&e, false);
                 return Err(ErrorData::invalid_params(e.message, None));
             }

@@ -131,6 +131,7 @@ impl Upstream {
         rb: RequestBuilder,
         headers_within: Option<Duration>,
     ) -> Result<Response, UpstreamError> {
+        let rb = with_trace_context(rb);
         let sent = match headers_within {
             Some(within) => tokio::time::timeout(within, rb.send()).await,
             None => Ok(rb.send().await),
@@ -537,4 +538,20 @@ mod tests {
         assert_eq!(retry_after("soon", now), None);
         assert_eq!(retry_after("-3", now), None);
     }
+}
+
+/// The current trace span as the request's parent (a W3C `traceparent` header), when
+/// traces are exported (the span is then enabled; `trace` sets the propagator).
+fn with_trace_context(rb: RequestBuilder) -> RequestBuilder {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let span = tracing::Span::current();
+    if span.is_disabled() {
+        return rb;
+    }
+    let cx = span.context();
+    let mut headers = http::HeaderMap::new();
+    opentelemetry::global::get_text_map_propagator(|p| {
+        p.inject_context(&cx, &mut opentelemetry_http::HeaderInjector(&mut headers))
+    });
+    rb.headers(headers)
 }

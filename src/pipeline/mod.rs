@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use tracing::field::Empty;
+use tracing::Instrument;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -34,6 +36,7 @@ use crate::privacy::{Cleaned, Privacy};
 use crate::retrieval::hybrid::{Retriever, Scored};
 use crate::sessions::{Held, Owner, SessionKey, Sessions, Turn};
 use crate::telemetry::{self, UpstreamClock};
+use crate::trace;
 use classify::{Classifier, ClassifyInput, QueryType};
 use prompts::Prompts;
 use reformulate::Reformulator;
@@ -364,10 +367,15 @@ impl Pipeline {
                     self.privacy.clean_json(tool).count("passthrough");
                 }
                 let prompt_estimate = estimate_tokens(&turn.request.input);
-                let chunks = clock.time(self.chat.stream(turn.request)).await?;
+                let span = self.chat_span("chat", &turn.request);
+                let chunks = clock
+                    .time(self.chat.stream(turn.request))
+                    .instrument(span.clone())
+                    .await
+                    .inspect_err(|e| trace::fail(&span, upstream_kind(e)))?;
                 Ok(answer_events(
                     chunks,
-                    self.upstream(clock),
+                    self.upstream(clock, span),
                     prompt_estimate,
                     None,
                 ))
@@ -431,6 +439,12 @@ impl Pipeline {
         } = self
             .understand(&query, &conversation, &editor, &clock)
             .await;
+        let root = tracing::Span::current();
+        root.record("assist.query_type", query_type.as_str());
+        root.record("assist.editor", use_editor);
+        if trace::capture_content() {
+            trace::set(&root, "input.value", query.clone());
+        }
         self.protect_hits(&mut hits);
         // The window is the upstream's (asked once, then known), or less when the client
         // asks for less (Ollama's num_ctx); never more.
@@ -550,11 +564,14 @@ impl Pipeline {
         messages: &[Message],
         editor: &EditorContext,
     ) -> Result<(Option<Held>, Vec<Message>), GatewayError> {
+        let span = tracing::info_span!(target: trace::TARGET, "session",
+            assist.session = session.is_some(), assist.history.turns = Empty);
         let t = Instant::now();
         let held = match (&self.sessions, session) {
             (Some(sessions), Some(key)) if !key.id.is_empty() => {
-                Some(sessions.hold(key).await.map_err(|busy| {
+                Some(sessions.hold(key).instrument(span.clone()).await.map_err(|busy| {
                     tracing::warn!(stage = "session", ms = ms(t), "the session is busy");
+                    trace::fail(&span, "session_busy");
                     GatewayError::session_busy(busy.to_string())
                 })?)
             }
@@ -565,6 +582,7 @@ impl Pipeline {
             Some(h) if !client_has_history => h.history.iter().flat_map(Turn::messages).collect(),
             _ => Vec::new(),
         };
+        span.record("assist.history.turns", history.len() as i64 / 2);
         tracing::info!(
             stage = "session",
             ms = ms(t),
@@ -641,6 +659,9 @@ impl Pipeline {
         clock: &UpstreamClock,
     ) -> classify::Decision {
         let t = Instant::now();
+        let span = tracing::info_span!(target: trace::TARGET, "classify",
+            assist.query_type = Empty, assist.editor = Empty, assist.editor_rule = Empty,
+            assist.route_rule = Empty, assist.by = Empty);
         let decision = self
             .classifier
             .classify(&ClassifyInput {
@@ -648,6 +669,7 @@ impl Pipeline {
                 history: conversation,
                 editor,
             })
+            .instrument(span.clone())
             .await;
         if decision.asked_model() {
             clock.since(t);
@@ -658,6 +680,11 @@ impl Pipeline {
         let retrieve = query_type != QueryType::Conversational;
         telemetry::turn_decision("editor", use_editor, decision.editor_rule);
         telemetry::turn_decision("retrieve", retrieve, decision.route_rule);
+        span.record("assist.query_type", query_type.as_str());
+        span.record("assist.editor", use_editor);
+        span.record("assist.editor_rule", decision.editor_rule);
+        span.record("assist.route_rule", decision.route_rule);
+        span.record("assist.by", decision.by);
         tracing::info!(
             stage = "classify",
             ms = ms(t),
@@ -683,10 +710,17 @@ impl Pipeline {
         clock: &UpstreamClock,
     ) -> (reformulate::Reformulation, Vec<Scored>) {
         let t = Instant::now();
+        let span = tracing::info_span!(target: trace::TARGET, "reformulate",
+            assist.by = Empty, assist.anchored = Empty, assist.search_chars = Empty);
         let search = self
             .reformulator
             .reformulate(query, query_type, conversation, selection)
+            .instrument(span.clone())
             .await;
+        span.record("assist.by", search.by);
+        span.record("assist.anchored", search.anchored);
+        span.record("assist.search_chars", search.query.chars().count() as i64);
+        drop(span);
         tracing::info!(
             stage = "reformulate",
             ms = ms(t),
@@ -701,8 +735,19 @@ impl Pipeline {
         }
         telemetry::stage("reformulate", t.elapsed());
         let t = Instant::now();
-        let found = self.retriever.find(&search.query).await;
+        let span = tracing::info_span!(target: trace::TARGET, "retrieve",
+            otel.name = "retrieval knowledge", gen_ai.operation.name = "retrieval",
+            gen_ai.data_source.id = "knowledge", assist.retrieval.count = Empty);
+        let found = self
+            .retriever
+            .find(&search.query)
+            .instrument(span.clone())
+            .await;
         telemetry::stage("retrieve", t.elapsed());
+        match &found {
+            Ok(found) => self.trace_hits(&span, &search.query, &found.hits),
+            Err(_) => trace::fail(&span, "retrieval"),
+        }
         let hits = match found {
             Ok(found) => {
                 tracing::info!(
@@ -732,6 +777,23 @@ impl Pipeline {
     /// own messages and the answer do not fit. Also whether the prompt was counted, and
     /// its size (counted, else estimated).
     async fn assemble(&self, request: assemble::Request<'_>) -> Result<Fitted, GatewayError> {
+        let span = tracing::info_span!(target: trace::TARGET, "assemble",
+            assist.window.tokens = request.window_tokens as i64,
+            assist.answer.tokens = request.answer_tokens as i64,
+            assist.prompt.tokens = Empty, assist.prompt.counted = Empty,
+            assist.sections = Empty, assist.history.dropped = Empty);
+        let fitted = self.assemble_in(request).instrument(span.clone()).await;
+        match &fitted {
+            Ok(f) => {
+                span.record("assist.prompt.tokens", f.tokens as i64);
+                span.record("assist.prompt.counted", f.counted);
+            }
+            Err(e) => trace::fail(&span, e.code.unwrap_or(e.kind)),
+        }
+        fitted
+    }
+
+    async fn assemble_in(&self, request: assemble::Request<'_>) -> Result<Fitted, GatewayError> {
         let t = Instant::now();
         let window = request.window_tokens;
         let answer = request.answer_tokens;
@@ -830,6 +892,10 @@ impl Pipeline {
             .filter(|r| r.kept_chars < r.chars)
             .map(|r| r.tag)
             .collect();
+        let span = tracing::Span::current();
+        trace::set_strings(&span, "assist.context.cut", &cut);
+        span.record("assist.sections", assembled.sections.len() as i64);
+        span.record("assist.history.dropped", assembled.history_dropped as i64);
         tracing::info!(
             stage = "assemble",
             ms = ms(t),
@@ -939,7 +1005,12 @@ impl Pipeline {
             retry,
         } = prompt;
         let sources: Vec<Source> = hits.iter().map(Source::of).collect();
-        let chunks = match clock.time(self.chat.stream(request)).await {
+        let span = self.chat_span("chat", &request);
+        let chunks = match clock
+            .time(self.chat.stream(request))
+            .instrument(span.clone())
+            .await
+        {
             // The upstream said so, or (llama-cpp-python, on an uncounted prompt) ended
             // the stream before a word.
             Err(e)
@@ -952,14 +1023,19 @@ impl Pipeline {
                     "the upstream found the prompt too long: retrying with less context"
                 );
                 let smaller = retry.ok_or_else(|| GatewayError::from(e))?.request;
-                clock.time(self.chat.stream(smaller)).await?
+                trace::event(&span, "retry with less context", Vec::new());
+                clock
+                    .time(self.chat.stream(smaller))
+                    .instrument(span.clone())
+                    .await
+                    .inspect_err(|e| trace::fail(&span, upstream_kind(e)))?
             }
-            other => other?,
+            other => other.inspect_err(|e| trace::fail(&span, upstream_kind(e)))?,
         };
         tracing::debug!(ms = ms(started), "upstream accepted the assistant turn");
         Ok(answer_events(
             chunks,
-            self.upstream(clock),
+            self.upstream(clock, span),
             tokens as u64,
             Some(Assistant {
                 sources,
@@ -1017,8 +1093,13 @@ impl Pipeline {
                 *s = Some(suffix);
             }
             let estimate = estimate_tokens(&request.input);
-            let chunks = clock.time(self.chat.stream(request)).await?;
-            return Ok(answer_events(chunks, self.upstream(clock), estimate, None));
+            let span = self.chat_span("text_completion", &request);
+            let chunks = clock
+                .time(self.chat.stream(request))
+                .instrument(span.clone())
+                .await
+                .inspect_err(|e| trace::fail(&span, upstream_kind(e)))?;
+            return Ok(answer_events(chunks, self.upstream(clock, span), estimate, None));
         };
         let repo = if self.config.completion_context_chars == 0 {
             Vec::new()
@@ -1070,8 +1151,13 @@ impl Pipeline {
             }
         }
         let estimate = estimate_tokens(&request.input);
-        let chunks = clock.time(self.chat.stream(request)).await?;
-        let events = answer_events(chunks, self.upstream(clock), estimate, None);
+        let span = self.chat_span("text_completion", &request);
+        let chunks = clock
+            .time(self.chat.stream(request))
+            .instrument(span.clone())
+            .await
+            .inspect_err(|e| trace::fail(&span, upstream_kind(e)))?;
+        let events = answer_events(chunks, self.upstream(clock, span), estimate, None);
         Ok(ended(events, fill::Ender::new(template, &prefix, &suffix)))
     }
 
@@ -1144,11 +1230,89 @@ impl Pipeline {
         }
     }
 
-    fn upstream(&self, clock: Arc<UpstreamClock>) -> Upstream {
+    fn upstream(&self, clock: Arc<UpstreamClock>, span: tracing::Span) -> Upstream {
+        let traced = !span.is_disabled();
         Upstream {
             url: self.chat.base_url().to_string(),
             idle_timeout: self.config.idle_timeout,
             clock,
+            span,
+            asked: Instant::now(),
+            privacy: (traced && trace::capture_content()).then(|| self.privacy.clone()),
+        }
+    }
+
+    /// The span of one request to the upstream model (`chat qwen2.5-coder`), after the
+    /// GenAI conventions; with content capture, the messages it is given.
+    fn chat_span(&self, operation: &'static str, request: &UpstreamRequest) -> tracing::Span {
+        if !trace::enabled() {
+            return tracing::Span::none();
+        }
+        let url = reqwest::Url::parse(self.chat.base_url()).ok();
+        let span = tracing::info_span!(target: trace::TARGET, "chat",
+            otel.name = format!("{operation} {}", request.model).as_str(),
+            otel.kind = "client",
+            gen_ai.operation.name = operation,
+            gen_ai.provider.name = if self.config.send_num_ctx { "ollama" } else { "openai" },
+            gen_ai.request.model = request.model.as_str(),
+            gen_ai.request.stream = true,
+            server.address = url.as_ref().and_then(|u| u.host_str()).unwrap_or_default(),
+            server.port = url.as_ref().and_then(reqwest::Url::port_or_known_default).map_or(0, i64::from),
+            gen_ai.request.max_tokens = request.params.max_tokens.map(i64::from),
+            gen_ai.request.temperature = request.params.temperature.map(f64::from),
+            // The upstream does not say which model answered: the one asked.
+            gen_ai.response.model = request.model.as_str(),
+            gen_ai.usage.input_tokens = Empty,
+            gen_ai.usage.output_tokens = Empty,
+            gen_ai.response.time_to_first_chunk = Empty,
+            assist.tools = request.tools.len() as i64,
+        );
+        if trace::capture_content() {
+            let messages = match &request.input {
+                Input::Chat(messages) => trace::messages_json(
+                    messages.iter().map(|m| (m.role.as_str(), m.content.as_str())),
+                ),
+                Input::Prompt { prompt, .. } => trace::messages_json([("user", prompt.as_str())]),
+            };
+            trace::set(&span, "gen_ai.input.messages", messages);
+        }
+        span
+    }
+
+    /// A search's hits on its span: ids and scores (`assist.retrieval.hits`, and as
+    /// `gen_ai.retrieval.documents`, with their cleaned texts and the query when content
+    /// is captured). Hits of excluded paths are left out, as they are from the prompt.
+    fn trace_hits(&self, span: &tracing::Span, query: &str, hits: &[Scored]) {
+        if span.is_disabled() {
+            return;
+        }
+        let kept: Vec<&Scored> = hits
+            .iter()
+            .filter(|h| !self.privacy.excluded(&h.chunk.source_file))
+            .collect();
+        span.record("assist.retrieval.count", kept.len() as i64);
+        let ids = trace::documents_json(kept.iter().map(|h| (h.chunk.chunk_id.as_str(), h.score, None)));
+        trace::set(span, "assist.retrieval.hits", ids.clone());
+        if trace::capture_content() {
+            let texts: Vec<String> = kept
+                .iter()
+                .map(|h| {
+                    let mut text = h.chunk.text.clone();
+                    let _ = self.privacy.clean(&mut text);
+                    text
+                })
+                .collect();
+            let docs = trace::documents_json(
+                kept.iter()
+                    .zip(&texts)
+                    .map(|(h, t)| (h.chunk.chunk_id.as_str(), h.score, Some(t.as_str()))),
+            );
+            trace::set(span, "gen_ai.retrieval.documents", docs);
+            let mut query = query.to_string();
+            let _ = self.privacy.clean(&mut query);
+            trace::set(span, "gen_ai.retrieval.query.text", query);
+        } else {
+            trace::set(span, "gen_ai.retrieval.documents", ids);
         }
     }
 
@@ -1444,6 +1608,40 @@ struct Upstream {
     idle_timeout: Duration,
     /// Time spent awaiting the next chunk is upstream time.
     clock: Arc<UpstreamClock>,
+    /// The span of the request to the upstream, ended with the answer.
+    span: tracing::Span,
+    /// When the upstream was asked (for the time to the first token).
+    asked: Instant,
+    /// With content capture: the rules the answer is cleaned by before it is recorded.
+    privacy: Option<Arc<Privacy>>,
+}
+
+impl Upstream {
+    /// The first piece of the answer arrived.
+    fn first_token(&self) {
+        let secs = self.asked.elapsed().as_secs_f64();
+        self.span
+            .record("gen_ai.response.time_to_first_chunk", secs);
+        trace::event(&self.span, "first token", Vec::new());
+    }
+
+    /// The answer ended well: its usage and why it stopped, and (captured) the answer.
+    fn done(&self, finish: FinishReason, usage: Usage, answer: &mut String) {
+        let span = &self.span;
+        if span.is_disabled() {
+            return;
+        }
+        span.record("gen_ai.usage.input_tokens", usage.prompt_tokens as i64);
+        span.record("gen_ai.usage.output_tokens", usage.completion_tokens as i64);
+        trace::set_strings(span, "gen_ai.response.finish_reasons", &[finish.as_str()]);
+        if let Some(privacy) = &self.privacy {
+            let _ = privacy.clean(answer);
+            let messages = serde_json::json!([{"role": "assistant",
+                "parts": [{"type": "text", "content": answer}], "finish_reason": finish.as_str()}]);
+            trace::set(span, "gen_ai.output.messages", messages.to_string());
+            trace::set(span, "output.value", std::mem::take(answer));
+        }
+    }
 }
 
 /// Upstream chunks → pipeline events; usage is estimated when the upstream gave none. An
@@ -1467,6 +1665,8 @@ fn answer_events(
             yield Event::Items(items);
         }
         let mut deltas = 0u64;
+        // The answer as the span records it (content capture only).
+        let mut answer = String::new();
         loop {
             let waiting = Instant::now();
             let next = tokio::time::timeout(upstream.idle_timeout, chunks.next()).await;
@@ -1482,9 +1682,15 @@ fn answer_events(
             };
             match item {
                 Ok(Chunk::Text(text)) => {
+                    if deltas == 0 {
+                        upstream.first_token();
+                    }
                     deltas += 1;
                     if let Some(m) = memory.as_mut() {
                         m.keep(&text);
+                    }
+                    if upstream.privacy.is_some() && answer.len() < MAX_TRACED_ANSWER_BYTES {
+                        answer.push_str(&text);
                     }
                     yield Event::Delta(text);
                 }
@@ -1504,6 +1710,7 @@ fn answer_events(
                         prompt_tokens: prompt_estimate,
                         completion_tokens: deltas,
                     });
+                    upstream.done(finish, usage, &mut answer);
                     if let Some(started) = started {
                         tracing::info!(
                             stage = "generate",
@@ -1519,6 +1726,7 @@ fn answer_events(
                     return;
                 }
                 Err(e) => {
+                    trace::fail(&upstream.span, upstream_kind(&e));
                     if let Some(m) = memory.take() {
                         m.save(true).await;
                     }
@@ -1531,6 +1739,7 @@ fn answer_events(
             m.save(true).await;
         }
         let closed = UpstreamError::new(UpstreamErrorKind::Closed, &upstream.url, "stream ended early");
+        trace::fail(&upstream.span, "closed");
         yield Event::Error(closed.into());
     }
     .boxed()
@@ -1650,6 +1859,14 @@ fn estimate_tokens(input: &Input) -> u64 {
     };
     n as u64
 }
+
+/// An upstream error's kind, as spans name it (`error.type`).
+fn upstream_kind(e: &UpstreamError) -> &'static str {
+    telemetry::upstream_error_kind(&e.kind).unwrap_or("unsupported")
+}
+
+/// Most bytes of an answer a span records (content capture).
+const MAX_TRACED_ANSWER_BYTES: usize = 64 << 10;
 
 /// Most bytes of an answer a caller that takes it whole is given (an upstream that never
 /// stops must not grow the gateway's memory until `llm.max_answer_secs`).

@@ -30,6 +30,11 @@ use super::{DocType, Hit, KnowledgeChunk, Lang, Languages, LexicalIndex, VectorS
 use crate::config::RetrievalSettings;
 use crate::llm::{Embedder, TextKind};
 use crate::telemetry;
+use tracing::field::Empty;
+use tracing::Instrument;
+
+/// The target of trace spans (`trace::TARGET`, a layer above).
+const SPANS: &str = "assist_gateway::span";
 
 /// A BM25 search over at most this many chunks, of a question of at most
 /// `INLINE_SEARCH_BYTES`, runs on the request's own task: it takes tens of microseconds
@@ -373,12 +378,23 @@ impl Retriever {
         embedding: Option<Instant>,
     ) -> anyhow::Result<Found> {
         let n = self.settings.candidates.max(top);
+        let lexical_span = tracing::info_span!(target: SPANS, "lexical",
+            otel.name = "retrieve lexical (bm25)", assist.weight = f64::from(weights.lexical),
+            assist.candidates = Empty);
         let lexical = async {
             if weights.lexical <= 0.0 {
                 return Ok(Vec::new());
             }
-            self.lexical_hits(query, lang, n).await
-        };
+            let hits = self.lexical_hits(query, lang, n).await;
+            if let Ok(hits) = &hits {
+                tracing::Span::current().record("assist.candidates", hits.len() as i64);
+            }
+            hits
+        }
+        .instrument(lexical_span);
+        let dense_span = tracing::info_span!(target: SPANS, "dense",
+            otel.name = "retrieve dense (vectors)", assist.weight = f64::from(weights.dense),
+            assist.candidates = Empty, assist.deadline_missed = Empty);
         let dense = async {
             let vector = vector.await;
             let started = Instant::now();
@@ -416,8 +432,12 @@ impl Retriever {
         let deadline = Duration::from_millis(self.settings.deadline_ms);
         let dense = async {
             match tokio::time::timeout(deadline, dense).await {
-                Ok(found) => found,
+                Ok(found) => {
+                    tracing::Span::current().record("assist.candidates", found.0.len() as i64);
+                    found
+                }
                 Err(_) => {
+                    tracing::Span::current().record("assist.deadline_missed", true);
                     telemetry::retrieval_deadline();
                     self.degrade(format!(
                         "the dense half did not answer within retrieval.deadline_ms ({} ms)",
@@ -426,7 +446,8 @@ impl Retriever {
                     (Vec::new(), 0)
                 }
             }
-        };
+        }
+        .instrument(dense_span);
         let (lexical, (dense, across)) = tokio::join!(lexical, dense);
         let (lexical_weight, lexical) =
             if weights.bm25_stands_in && weights.lexical <= 0.0 && dense.is_empty() {
@@ -435,14 +456,20 @@ impl Retriever {
                 (weights.lexical, lexical?)
             };
         let started = Instant::now();
-        let hits = self.fuse(
-            query,
-            &[
-                (lexical_weight, lexical.as_slice()),
-                (weights.dense, dense.as_slice()),
-            ],
-            top,
-        );
+        let fuse = tracing::info_span!(target: SPANS, "fuse", otel.name = "fuse (rrf)",
+            assist.rrf_k = f64::from(self.settings.rrf_k), assist.hits = Empty);
+        let hits = fuse.in_scope(|| {
+            self.fuse(
+                query,
+                &[
+                    (lexical_weight, lexical.as_slice()),
+                    (weights.dense, dense.as_slice()),
+                ],
+                top,
+            )
+        });
+        fuse.record("assist.hits", hits.len() as i64);
+        drop(fuse);
         telemetry::retrieval("fusion", started.elapsed());
         Ok(Found {
             hits,

@@ -551,7 +551,7 @@ impl Drop for ChatLog {
             self.span.record("assist.ttft_ms", ms);
         }
         if let Some(error) = self.error {
-            trace::fail(&self.span, error, self.outcome);
+            trace::fail(&self.span, error);
         }
         if let Some(key) = &self.key {
             let counts = Counts {

@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::chat::{self, Parse};
 use super::dialect::{self, ApiError, OpenAi};
-use super::{anthropic, embeddings, eval, sources, AppState};
+use super::{anthropic, embeddings, eval, sources, usage, AppState};
 use crate::pipeline::ServedModel;
 
 pub use render::Sse;
@@ -38,6 +38,7 @@ pub fn router() -> Router<AppState> {
         .route("/embeddings", post(embeddings::openai))
         .route("/eval", post(eval::evaluate))
         .route("/sources/{id}", get(sources::get))
+        .route("/usage", get(usage::get))
         .fallback(dialect::not_found::<OpenAi>)
         .method_not_allowed_fallback(dialect::method_not_allowed::<OpenAi>)
 }
