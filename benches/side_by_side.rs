@@ -17,7 +17,11 @@
 //!   model asked in the Anthropic Messages and Responses dialects (`/v1/messages`,
 //!   `/v1/responses`), each answer read to its dialect's end;
 //! * `gateway-brunix`: the release gateway running the assistant pipeline (rules
-//!   classifier, reformulator off, embedded BM25 index of `examples/knowledge`).
+//!   classifier, reformulator off, embedded BM25 index of `examples/knowledge`);
+//! * `passthrough-traced`, `brunix-traced` (not run by default): the same two with traces
+//!   on (`telemetry.otlp_endpoint`), exported over OTLP/HTTP to a local receiver in this
+//!   process (it takes each batch and answers 200, as a collector does); after the table,
+//!   each traced row against its untraced one (docs/tracing.md, "What tracing costs").
 //!
 //! Load is open-loop: request i is due at start + i / rate whatever happened to earlier
 //! ones, and its latency is counted from that due time, so a target that falls behind
@@ -41,7 +45,7 @@
 //!
 //! Environment (defaults in brackets):
 //! BENCH_TARGETS [direct,nginx,litellm,passthrough,brunix] which rows to run (also:
-//! anthropic, responses);
+//! anthropic, responses, passthrough-traced, brunix-traced);
 //! BENCH_PIN [on] / off: the target on one CPU, load client and upstream on the others;
 //! BENCH_SECS [5] seconds at each fixed rate (100 and 1,000 req/s, and the TTFT run);
 //! BENCH_STEP_SECS [2] seconds per step of the throughput ladder;
@@ -920,17 +924,70 @@ fn nginx_version(nginx: &Path) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// An OTLP/HTTP receiver in this process for the traced rows: takes each export (a
+/// protobuf `ExportTraceServiceRequest`), counts it, and answers 200 with an empty
+/// `ExportTraceServiceResponse`, as a collector does.
+struct OtlpSink {
+    url: String,
+    exports: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
+}
+
+impl OtlpSink {
+    async fn start() -> Self {
+        let exports = Arc::new(AtomicU64::new(0));
+        let bytes = Arc::new(AtomicU64::new(0));
+        let (e, b) = (exports.clone(), bytes.clone());
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: Bytes| {
+                let (e, b) = (e.clone(), b.clone());
+                async move {
+                    e.fetch_add(1, Ordering::Relaxed);
+                    b.fetch_add(body.len() as u64, Ordering::Relaxed);
+                    ([("content-type", "application/x-protobuf")], Bytes::new())
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self {
+            url,
+            exports,
+            bytes,
+        }
+    }
+
+    /// Exports and bytes received so far.
+    fn received(&self) -> (u64, u64) {
+        (
+            self.exports.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        )
+    }
+}
+
 async fn start_target(
     name: &str,
     upstream: &ScriptedUpstream,
     knobs: &Knobs,
     cpus: Option<&str>,
+    sink: Option<&OtlpSink>,
 ) -> Target {
+    let traced = name.ends_with("-traced");
+    let env = match (traced, sink) {
+        (true, Some(sink)) => vec![(
+            "ASSIST__TELEMETRY__OTLP_ENDPOINT".to_string(),
+            sink.url.clone(),
+        )],
+        _ => Vec::new(),
+    };
     let gateway = |passthrough: bool| GatewayOptions {
         passthrough,
         knowledge: !passthrough,
         log_level: knobs.gateway_log.clone(),
-        env: Vec::new(),
+        env: env.clone(),
     };
     match name {
         "direct" => Target {
@@ -941,10 +998,14 @@ async fn start_target(
         },
         "nginx" => start_nginx(upstream, knobs, cpus).await,
         "litellm" => start_litellm(upstream, knobs, cpus).await,
-        "passthrough" => {
+        "passthrough" | "passthrough-traced" => {
             let g = start_gateway_on(upstream, &gateway(true), cpus).await;
             Target {
-                name: "gateway passthrough",
+                name: if traced {
+                    "gateway passthrough, traced"
+                } else {
+                    "gateway passthrough"
+                },
                 url: format!("{}/v1/chat/completions", g.url),
                 model: UPSTREAM_MODEL.to_string(),
                 server: Server::Gateway(g),
@@ -964,17 +1025,21 @@ async fn start_target(
                 server: Server::Gateway(g),
             }
         }
-        "brunix" => {
+        "brunix" | "brunix-traced" => {
             let g = start_gateway_on(upstream, &gateway(false), cpus).await;
             Target {
-                name: "gateway brunix",
+                name: if traced {
+                    "gateway brunix, traced"
+                } else {
+                    "gateway brunix"
+                },
                 url: format!("{}/v1/chat/completions", g.url),
                 model: "brunix".to_string(),
                 server: Server::Gateway(g),
             }
         }
         other => {
-            panic!("BENCH_TARGETS: unknown target {other:?} (direct, nginx, litellm, passthrough, anthropic, responses, brunix)")
+            panic!("BENCH_TARGETS: unknown target {other:?} (direct, nginx, litellm, passthrough, anthropic, responses, brunix, passthrough-traced, brunix-traced)")
         }
     }
 }
@@ -1184,10 +1249,23 @@ async fn bench(knobs: Knobs, pinning: Pinning, cores: usize) {
         .build()
         .unwrap();
     let started = std::time::Instant::now();
+    let sink = match knobs.targets.iter().any(|t| t.ends_with("-traced")) {
+        true => Some(OtlpSink::start().await),
+        false => None,
+    };
     let mut rows = Vec::new();
+    let mut exported = Vec::new();
     for name in &knobs.targets {
         let t = std::time::Instant::now();
-        let target = start_target(name, &upstream, &knobs, pinning.target.as_deref()).await;
+        let target = start_target(
+            name,
+            &upstream,
+            &knobs,
+            pinning.target.as_deref(),
+            sink.as_ref(),
+        )
+        .await;
+        let before = sink.as_ref().map(OtlpSink::received);
         eprintln!(
             "{}: started in {:.1} s",
             target.name,
@@ -1206,6 +1284,10 @@ async fn bench(knobs: Knobs, pinning: Pinning, cores: usize) {
         drop(target);
         // Let the closed connections go before the next target.
         tokio::time::sleep(Duration::from_secs(1)).await;
+        if let (Some(sink), Some((e0, b0))) = (&sink, before) {
+            let (e1, b1) = sink.received();
+            exported.push((name.clone(), e1 - e0, b1 - b0));
+        }
     }
     let base = rows.iter().position(|r| r.name == "direct upstream");
 
@@ -1297,6 +1379,7 @@ async fn bench(knobs: Knobs, pinning: Pinning, cores: usize) {
         );
     }
     print_against_nginx(&rows, &knobs, &closed_heads);
+    print_tracing_cost(&rows, &knobs, &closed_heads, &exported);
     println!();
     println!(
         "Total run: {:.0} s. Ladder: {} (each {} s); \"≥\" = the ladder's top step still met the bound.",
@@ -1392,6 +1475,68 @@ fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[String]) {
             ladder_cell,
             at100,
             at1000
+        );
+    }
+}
+
+/// Each traced row against the same target untraced, in the same run: throughput as a
+/// ratio (1.00× = no loss), p50 at a fixed rate as a difference, and what was exported.
+fn print_tracing_cost(
+    rows: &[Row],
+    knobs: &Knobs,
+    closed_heads: &[String],
+    exported: &[(String, u64, u64)],
+) {
+    let pairs: Vec<(&Row, &Row)> = rows
+        .iter()
+        .filter_map(|traced| {
+            let base = traced.name.strip_suffix(", traced")?;
+            Some((rows.iter().find(|r| r.name == base)?, traced))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    let bound = knobs.bounds_ms.iter().cloned().fold(0.0, f64::max);
+    let ratio = |traced: Option<f64>, base: Option<f64>| match (traced, base) {
+        (Some(t), Some(b)) => format!("{} vs {} ({:.3}×)", thousands(t), thousands(b), t / b),
+        _ => "failures".to_string(),
+    };
+    println!();
+    println!(
+        "Tracing on against off, same run: throughput traced vs untraced (ratio; 1.000× = no loss), p50 traced minus untraced at a fixed rate (ms).          Spans exported over OTLP/HTTP to a receiver in the load process."
+    );
+    println!();
+    println!(
+        "| target | {} | max req/s @ p99 ≤ {bound} ms | p50 traced − untraced @ 100 req/s | @ 1,000 req/s | exports (bytes) |",
+        closed_heads.join(" | ")
+    );
+    println!("|---|{}---:|---:|---:|---:|", "---:|".repeat(closed_heads.len()));
+    let p50_diff = |t: &Step, b: &Step| {
+        if t.reached() && b.reached() {
+            format!("{:+.2}", t.p(0.5) - b.p(0.5))
+        } else {
+            "unreachable".to_string()
+        }
+    };
+    for (base, traced) in pairs {
+        let closed: Vec<String> = std::iter::once((&traced.closed, &base.closed))
+            .chain(traced.streams.iter().zip(&base.streams))
+            .map(|(t, b)| ratio(t.clean_rate(), b.clean_rate()))
+            .collect();
+        let sent = exported
+            .iter()
+            .find(|(name, _, _)| traced.name.contains(name.trim_end_matches("-traced")))
+            .filter(|(name, _, _)| name.ends_with("-traced"))
+            .map_or("-".to_string(), |(_, e, b)| format!("{e} ({})", thousands(*b as f64)));
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            base.name,
+            closed.join(" | "),
+            ratio(max_rate(traced, bound), max_rate(base, bound)),
+            p50_diff(&traced.at100, &base.at100),
+            p50_diff(&traced.at1000, &base.at1000),
+            sent,
         );
     }
 }

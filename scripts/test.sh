@@ -3,7 +3,8 @@
 # against a scripted upstream, real tantivy, the real embedding model, the fuzz corpus
 # replayed) and the real Python clients (openai, ollama, litellm, httpx, anthropic), the
 # continue CLI, Claude Code and Codex CLI, a real model (llama.cpp's server with
-# SmolLM2-135M) end to end, and the Redis session store against a real redis-server.
+# SmolLM2-135M) end to end, the Redis session store against a real redis-server, and
+# traces exported to a real Arize Phoenix.
 # Everything is installed once under ~/.cache/assist-gateway.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,9 @@ ASSIST_CN="$(./scripts/node-env.sh)"
 ASSIST_CLAUDE="$(dirname "$ASSIST_CN")/claude"
 ASSIST_CODEX="$(dirname "$ASSIST_CN")/codex"
 export ASSIST_MODEL_PYTHON ASSIST_MODEL_GGUF ASSIST_CN ASSIST_CLAUDE ASSIST_CODEX
+# Arize Phoenix, the trace backend the tracing tests export to (a virtualenv of its own).
+ASSIST_PHOENIX="$(./scripts/phoenix-env.sh)"
+export ASSIST_PHOENIX
 # One integration-test binary (tests/it); it also replays every fuzz corpus and crash input
 # of fuzz/ through the fuzz targets' own checks (fuzzing campaigns: scripts/fuzz.sh).
 cargo test --release --locked "$@"

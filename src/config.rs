@@ -1406,6 +1406,53 @@ mod tests {
     }
 
     #[test]
+    fn keys_have_names_and_limits_checked() {
+        let keys = write("ci sk-ci-1\nsk-plain\n");
+        let f = write(&format!(
+            "[server]\napi_keys = [\"k1\", {{ name = \"alice\", key = \"sk-a\", tokens_per_day = 100, requests_per_minute = 5 }}]\napi_keys_file = \"{}\"\n",
+            keys.path().display()
+        ));
+        let s = Settings::load_without_env(Some(f.path())).unwrap();
+        let k = &s.server.api_keys;
+        assert_eq!(k[0], "k1");
+        assert_eq!(k[1].name.as_deref(), Some("alice"));
+        assert_eq!((k[1].tokens_per_day, k[1].requests_per_minute), (100, 5));
+        assert_eq!((k[2].name.as_deref(), k[2].key.as_str()), (Some("ci"), "sk-ci-1"));
+        assert_eq!(k[3], "sk-plain");
+        // Written back as TOML (tests spawn the binary so), read the same.
+        let again: Settings = toml::from_str(&toml::to_string(&s).unwrap()).unwrap();
+        assert_eq!(again.server.api_keys, s.server.api_keys);
+        for (bad, why) in [
+            ("{ name = \"a b\", key = \"k\" }", "ASCII"),
+            ("{ name = \"x\", key = \"k\" }, { name = \"x\", key = \"j\" }", "same name"),
+            ("{ name = \"k2\", key = \"k\" }, \"k2\"", "must not be a key"),
+            ("{ name = \"x\", key = \"k\", tokens = 3 }", "unknown"),
+        ] {
+            let f = write(&format!("[server]\napi_keys = [{bad}]\n"));
+            let e = Settings::load_without_env(Some(f.path())).unwrap_err();
+            assert!(e.key.starts_with("server.api_keys"), "{bad}: {e}");
+            let _ = why;
+        }
+    }
+
+    #[test]
+    fn telemetry_settings_are_checked() {
+        let s = Settings::load_without_env(None).unwrap();
+        assert!(s.telemetry.otlp_endpoint.is_none(), "traces are off by default");
+        assert!(!s.telemetry.capture_content, "no content by default");
+        for bad in [
+            "otlp_endpoint = \"collector:4318\"",
+            "otlp_protocol = \"thrift\"",
+            "max_queue_spans = 1",
+            "otlp_headers = { \"bad header\" = \"x\" }",
+        ] {
+            let f = write(&format!("[telemetry]\n{bad}\n"));
+            let e = Settings::load_without_env(Some(f.path())).unwrap_err();
+            assert!(e.key.starts_with("telemetry"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn cors_origins_are_checked() {
         let f = write("[server]\ncors_origins = [\"chat.example.com\"]\n");
         let e = Settings::load_without_env(Some(f.path())).unwrap_err();

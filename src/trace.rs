@@ -192,10 +192,16 @@ pub fn request_span(
     if !enabled() {
         return Span::none();
     }
+    // HTTP's span names are `{method} {route}` (every chat route is a POST); gRPC's the
+    // method's full name; MCP's its tool.
+    let name = match dialect {
+        "grpc" | "mcp" => std::borrow::Cow::Borrowed(route),
+        _ => std::borrow::Cow::Owned(format!("POST {route}")),
+    };
     let span = tracing::info_span!(
         target: TARGET,
         "request",
-        otel.name = route,
+        otel.name = name.as_ref(),
         otel.kind = "server",
         openinference.span.kind = "CHAIN",
         assist.dialect = dialect,
@@ -241,6 +247,15 @@ pub fn fail(span: &Span, kind: &str) {
     if enabled() && !span.is_disabled() {
         span.set_attribute("error.type", kind.to_string());
         span.set_status(Status::error(kind.to_string()));
+    }
+}
+
+/// Marks now as the span's end: the exporter takes a span's last exit as its end, and a
+/// span held across an answer (the request's, the upstream's) was last entered when the
+/// answer started.
+pub fn end_now(span: &Span) {
+    if !span.is_disabled() {
+        span.in_scope(|| {});
     }
 }
 

@@ -1616,6 +1616,13 @@ struct Upstream {
     privacy: Option<Arc<Privacy>>,
 }
 
+impl Drop for Upstream {
+    /// The upstream's span ends with its answer (ended, failed, or dropped).
+    fn drop(&mut self) {
+        trace::end_now(&self.span);
+    }
+}
+
 impl Upstream {
     /// The first piece of the answer arrived.
     fn first_token(&self) {

@@ -148,14 +148,18 @@ pub async fn collect(events: EventStream, log: &mut ChatLog) -> Result<Answer, G
 /// Pipeline events as the dialect renders them; an error mid-stream is the dialect's
 /// error event, then the end.
 fn rendered<R: Render>(
-    mut events: EventStream,
+    events: EventStream,
     mut render: R,
-    mut log: ChatLog,
+    log: ChatLog,
 ) -> impl futures::Stream<Item = R::Piece> + Send {
     // The stream to the client, from its first event to its end.
     let span = tracing::info_span!(target: trace::TARGET, parent: &log.span, "stream",
         otel.name = "stream to client", assist.pieces = Empty);
     async_stream::stream! {
+        // Dropped in reverse: the stream's span, then the answer (the upstream's span),
+        // then the log (the request's span) end in that order.
+        let mut log = log;
+        let mut events = events;
         let _span = span;
         if let Some(opening) = render.opening() {
             yield opening;
@@ -553,6 +557,7 @@ impl Drop for ChatLog {
         if let Some(error) = self.error {
             trace::fail(&self.span, error);
         }
+        trace::end_now(&self.span);
         if let Some(key) = &self.key {
             let counts = Counts {
                 requests: 1,

@@ -39,7 +39,7 @@ async fn logs_hold_sizes_and_flags_never_keys_or_content() {
         Provider::Openai,
         true,
         |s| {
-            s.server.api_keys = vec![GATEWAY_KEY.to_string()];
+            s.server.api_keys = vec![GATEWAY_KEY.into()];
             s.llm.api_key = Some(UPSTREAM_KEY.to_string());
         },
         &[("RUST_LOG", "assist_gateway=trace")],
