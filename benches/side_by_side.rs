@@ -1511,7 +1511,10 @@ fn print_tracing_cost(
         "| target | {} | max req/s @ p99 ≤ {bound} ms | p50 traced − untraced @ 100 req/s | @ 1,000 req/s | exports (bytes) |",
         closed_heads.join(" | ")
     );
-    println!("|---|{}---:|---:|---:|---:|", "---:|".repeat(closed_heads.len()));
+    println!(
+        "|---|{}---:|---:|---:|---:|",
+        "---:|".repeat(closed_heads.len())
+    );
     let p50_diff = |t: &Step, b: &Step| {
         if t.reached() && b.reached() {
             format!("{:+.2}", t.p(0.5) - b.p(0.5))
@@ -1528,7 +1531,9 @@ fn print_tracing_cost(
             .iter()
             .find(|(name, _, _)| traced.name.contains(name.trim_end_matches("-traced")))
             .filter(|(name, _, _)| name.ends_with("-traced"))
-            .map_or("-".to_string(), |(_, e, b)| format!("{e} ({})", thousands(*b as f64)));
+            .map_or("-".to_string(), |(_, e, b)| {
+                format!("{e} ({})", thousands(*b as f64))
+            });
         println!(
             "| {} | {} | {} | {} | {} | {} |",
             base.name,

@@ -792,13 +792,15 @@ impl ServerSettings {
             .lines()
             .map(str::trim)
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            .map(|line| match line.split_whitespace().collect::<Vec<_>>()[..] {
-                [name, key] => ApiKey {
-                    name: Some(name.to_string()),
-                    ..ApiKey::from(key)
+            .map(
+                |line| match line.split_whitespace().collect::<Vec<_>>()[..] {
+                    [name, key] => ApiKey {
+                        name: Some(name.to_string()),
+                        ..ApiKey::from(key)
+                    },
+                    _ => ApiKey::from(line),
                 },
-                _ => ApiKey::from(line),
-            })
+            )
             .collect();
         if keys.is_empty() {
             return Err(SettingsError::new(
@@ -1417,15 +1419,24 @@ mod tests {
         assert_eq!(k[0], "k1");
         assert_eq!(k[1].name.as_deref(), Some("alice"));
         assert_eq!((k[1].tokens_per_day, k[1].requests_per_minute), (100, 5));
-        assert_eq!((k[2].name.as_deref(), k[2].key.as_str()), (Some("ci"), "sk-ci-1"));
+        assert_eq!(
+            (k[2].name.as_deref(), k[2].key.as_str()),
+            (Some("ci"), "sk-ci-1")
+        );
         assert_eq!(k[3], "sk-plain");
         // Written back as TOML (tests spawn the binary so), read the same.
         let again: Settings = toml::from_str(&toml::to_string(&s).unwrap()).unwrap();
         assert_eq!(again.server.api_keys, s.server.api_keys);
         for (bad, why) in [
             ("{ name = \"a b\", key = \"k\" }", "ASCII"),
-            ("{ name = \"x\", key = \"k\" }, { name = \"x\", key = \"j\" }", "same name"),
-            ("{ name = \"k2\", key = \"k\" }, \"k2\"", "must not be a key"),
+            (
+                "{ name = \"x\", key = \"k\" }, { name = \"x\", key = \"j\" }",
+                "same name",
+            ),
+            (
+                "{ name = \"k2\", key = \"k\" }, \"k2\"",
+                "must not be a key",
+            ),
             ("{ name = \"x\", key = \"k\", tokens = 3 }", "unknown"),
         ] {
             let f = write(&format!("[server]\napi_keys = [{bad}]\n"));
@@ -1438,7 +1449,10 @@ mod tests {
     #[test]
     fn telemetry_settings_are_checked() {
         let s = Settings::load_without_env(None).unwrap();
-        assert!(s.telemetry.otlp_endpoint.is_none(), "traces are off by default");
+        assert!(
+            s.telemetry.otlp_endpoint.is_none(),
+            "traces are off by default"
+        );
         assert!(!s.telemetry.capture_content, "no content by default");
         for bad in [
             "otlp_endpoint = \"collector:4318\"",

@@ -91,7 +91,8 @@ impl Tracing {
                 use opentelemetry_otlp::WithTonicConfig;
                 let mut metadata = tonic::metadata::MetadataMap::new();
                 for (k, v) in &headers {
-                    let key = tonic::metadata::MetadataKey::from_bytes(k.to_lowercase().as_bytes())?;
+                    let key =
+                        tonic::metadata::MetadataKey::from_bytes(k.to_lowercase().as_bytes())?;
                     metadata.insert(key, v.parse()?);
                 }
                 SpanExporter::builder()

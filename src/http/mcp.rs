@@ -455,10 +455,7 @@ impl Knowledge {
             editor.selected_text = args.selected_code.unwrap_or_default();
             editor.editor_content = args.open_file.unwrap_or_default();
             Ok(ChatTurn {
-                request: UpstreamRequest::question(
-                    state.pipeline.assistant_model(),
-                    args.question,
-                ),
+                request: UpstreamRequest::question(state.pipeline.assistant_model(), args.question),
                 session_id: None,
                 editor,
             })

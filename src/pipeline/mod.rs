@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use tracing::field::Empty;
-use tracing::Instrument;
 use serde::Serialize;
 use serde_json::Value;
+use tracing::field::Empty;
+use tracing::Instrument;
 
 use crate::context::budget::Estimator;
 use crate::context::{EditorContext, UsedItem};
@@ -568,13 +568,17 @@ impl Pipeline {
             assist.session = session.is_some(), assist.history.turns = Empty);
         let t = Instant::now();
         let held = match (&self.sessions, session) {
-            (Some(sessions), Some(key)) if !key.id.is_empty() => {
-                Some(sessions.hold(key).instrument(span.clone()).await.map_err(|busy| {
-                    tracing::warn!(stage = "session", ms = ms(t), "the session is busy");
-                    trace::fail(&span, "session_busy");
-                    GatewayError::session_busy(busy.to_string())
-                })?)
-            }
+            (Some(sessions), Some(key)) if !key.id.is_empty() => Some(
+                sessions
+                    .hold(key)
+                    .instrument(span.clone())
+                    .await
+                    .map_err(|busy| {
+                        tracing::warn!(stage = "session", ms = ms(t), "the session is busy");
+                        trace::fail(&span, "session_busy");
+                        GatewayError::session_busy(busy.to_string())
+                    })?,
+            ),
             _ => None,
         };
         let client_has_history = messages.iter().any(|m| m.role == Role::Assistant);
@@ -1099,7 +1103,12 @@ impl Pipeline {
                 .instrument(span.clone())
                 .await
                 .inspect_err(|e| trace::fail(&span, upstream_kind(e)))?;
-            return Ok(answer_events(chunks, self.upstream(clock, span), estimate, None));
+            return Ok(answer_events(
+                chunks,
+                self.upstream(clock, span),
+                estimate,
+                None,
+            ));
         };
         let repo = if self.config.completion_context_chars == 0 {
             Vec::new()
@@ -1270,7 +1279,9 @@ impl Pipeline {
         if trace::capture_content() {
             let messages = match &request.input {
                 Input::Chat(messages) => trace::messages_json(
-                    messages.iter().map(|m| (m.role.as_str(), m.content.as_str())),
+                    messages
+                        .iter()
+                        .map(|m| (m.role.as_str(), m.content.as_str())),
                 ),
                 Input::Prompt { prompt, .. } => trace::messages_json([("user", prompt.as_str())]),
             };
@@ -1291,7 +1302,10 @@ impl Pipeline {
             .filter(|h| !self.privacy.excluded(&h.chunk.source_file))
             .collect();
         span.record("assist.retrieval.count", kept.len() as i64);
-        let ids = trace::documents_json(kept.iter().map(|h| (h.chunk.chunk_id.as_str(), h.score, None)));
+        let ids = trace::documents_json(
+            kept.iter()
+                .map(|h| (h.chunk.chunk_id.as_str(), h.score, None)),
+        );
         trace::set(span, "assist.retrieval.hits", ids.clone());
         if trace::capture_content() {
             let texts: Vec<String> = kept

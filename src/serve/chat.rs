@@ -482,8 +482,10 @@ impl ChatLog {
     pub fn request(&mut self, model: &str, stream: bool) {
         self.model = model.to_string();
         self.stream = stream;
-        self.span
-            .record("gen_ai.request.model", truncate_chars(model, LOGGED_MODEL_CHARS));
+        self.span.record(
+            "gen_ai.request.model",
+            truncate_chars(model, LOGGED_MODEL_CHARS),
+        );
         self.span.record("gen_ai.request.stream", stream);
     }
 
@@ -568,8 +570,17 @@ impl Drop for ChatLog {
                     (None, deltas) => deltas,
                 },
             };
-            telemetry::key_usage(&key.name, &label, counts.errors > 0, counts.input_tokens, counts.output_tokens);
-            if let (Some(usage), Ok(rt)) = (self.key_usage.clone(), tokio::runtime::Handle::try_current()) {
+            telemetry::key_usage(
+                &key.name,
+                &label,
+                counts.errors > 0,
+                counts.input_tokens,
+                counts.output_tokens,
+            );
+            if let (Some(usage), Ok(rt)) = (
+                self.key_usage.clone(),
+                tokio::runtime::Handle::try_current(),
+            ) {
                 let (name, model) = (key.name.clone(), label.clone());
                 rt.spawn(async move { usage.add(&name, &model, counts).await });
             }

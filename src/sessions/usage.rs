@@ -347,7 +347,8 @@ impl UsageStore for RedisUsage {
             ("output_tokens", counts.output_tokens),
         ] {
             if n > 0 {
-                pipe.hincr(&hash, format!("{model}{SEP}{field}"), n).ignore();
+                pipe.hincr(&hash, format!("{model}{SEP}{field}"), n)
+                    .ignore();
             }
         }
         pipe.expire(&hash, keep).ignore();
@@ -440,9 +441,18 @@ mod tests {
             input_tokens: 10,
             output_tokens: 5,
         };
-        store.add("alice", "2026-01-01", "brunix", one).await.unwrap();
-        store.add("alice", "2026-01-01", "brunix", one).await.unwrap();
-        store.add("alice", "2026-01-02", "qwen:latest", one).await.unwrap();
+        store
+            .add("alice", "2026-01-01", "brunix", one)
+            .await
+            .unwrap();
+        store
+            .add("alice", "2026-01-01", "brunix", one)
+            .await
+            .unwrap();
+        store
+            .add("alice", "2026-01-02", "qwen:latest", one)
+            .await
+            .unwrap();
         store.add("bob", "2026-01-01", "brunix", one).await.unwrap();
         let rows = store.rows("alice").await.unwrap();
         assert_eq!(rows.len(), 2, "{rows:?}");

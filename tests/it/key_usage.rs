@@ -93,7 +93,10 @@ async fn usage_after(base: &str, key: &str, requests: u64) -> Value {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("{key}'s usage never reached {requests}: {}", usage(base, key).await);
+    panic!(
+        "{key}'s usage never reached {requests}: {}",
+        usage(base, key).await
+    );
 }
 
 /// Waits for the start of a minute when less than `room` of this one is left (the
@@ -135,8 +138,14 @@ async fn scenario(replicas: [(String, std::net::SocketAddr); 2], tag: &str, up: 
         + two["usage"]["prompt_tokens"].as_u64().unwrap();
     let http_output = one["usage"]["completion_tokens"].as_u64().unwrap()
         + two["usage"]["completion_tokens"].as_u64().unwrap();
-    assert!(models[0]["input_tokens"].as_u64().unwrap() > http_input, "{alice}");
-    assert!(models[0]["output_tokens"].as_u64().unwrap() > http_output, "{alice}");
+    assert!(
+        models[0]["input_tokens"].as_u64().unwrap() > http_input,
+        "{alice}"
+    );
+    assert!(
+        models[0]["output_tokens"].as_u64().unwrap() > http_output,
+        "{alice}"
+    );
     assert_eq!(alice["totals"]["input_tokens"], models[0]["input_tokens"]);
 
     let bob = usage_after(&a, BOB, 1).await;
@@ -147,7 +156,10 @@ async fn scenario(replicas: [(String, std::net::SocketAddr); 2], tag: &str, up: 
         row["input_tokens"], passthrough["usage"]["prompt_tokens"],
         "{bob} {passthrough}"
     );
-    assert_eq!(row["output_tokens"], passthrough["usage"]["completion_tokens"]);
+    assert_eq!(
+        row["output_tokens"],
+        passthrough["usage"]["completion_tokens"]
+    );
     let text = serde_json::to_string(&[&alice, &bob]).unwrap();
     assert!(!text.contains("SECRET"), "a key in a usage report: {text}");
 
@@ -159,10 +171,16 @@ async fn scenario(replicas: [(String, std::net::SocketAddr); 2], tag: &str, up: 
     let (s, headers, body) = chat(&b, CAROL, "brunix").await;
     assert_eq!(s, 429, "{body}");
     assert_eq!(body["error"]["code"], "rate_limit_exceeded", "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("10 tokens for the day"));
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("10 tokens for the day"));
     let wait: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
     let midnight = 86_400 - chrono::Utc::now().timestamp().rem_euclid(86_400) as u64;
-    assert!(wait.abs_diff(midnight) <= 5, "retry-after {wait} s, midnight in {midnight} s");
+    assert!(
+        wait.abs_diff(midnight) <= 5,
+        "retry-after {wait} s, midnight in {midnight} s"
+    );
     // Ollama's dialect: its own error shape, the same header.
     let r = client()
         .post(format!("{a}/api/chat"))
@@ -175,9 +193,19 @@ async fn scenario(replicas: [(String, std::net::SocketAddr); 2], tag: &str, up: 
     assert_eq!(r.status(), 429);
     assert!(r.headers().contains_key("retry-after"));
     let body: Value = r.json().await.unwrap();
-    assert!(body["error"].as_str().unwrap().contains("tokens for the day"), "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("tokens for the day"),
+        "{body}"
+    );
     let refused = grpc_ask(a_grpc, CAROL).await.unwrap_err();
-    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
     assert!(refused.metadata().get("retry-after").is_some());
     // Others are not limited by carol's spending.
     assert_eq!(chat(&b, ALICE, "brunix").await.0, 200);
@@ -190,7 +218,10 @@ async fn scenario(replicas: [(String, std::net::SocketAddr); 2], tag: &str, up: 
     assert_eq!(s, 429, "{body}");
     let wait: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=60).contains(&wait), "{wait}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("2 answers per minute"));
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("2 answers per minute"));
     let refused = grpc_ask(a_grpc, DAVE).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
     // Refused answers are counted as requests with errors.
@@ -236,7 +267,12 @@ async fn usage_and_limits_per_key_with_the_embedded_store() {
     };
     let alice = format!("key=\"alice-{tag}\"");
     assert_eq!(line("assist_key_requests_total", &alice), 4.0);
-    assert!(line("assist_key_tokens_total", &format!("{alice},model=\"brunix\",kind=\"output\"")) > 0.0);
+    assert!(
+        line(
+            "assist_key_tokens_total",
+            &format!("{alice},model=\"brunix\",kind=\"output\"")
+        ) > 0.0
+    );
     let dave = format!("key=\"dave-{tag}\"");
     assert_eq!(line("assist_key_errors_total", &dave), 2.0);
     assert!(!metrics.contains("SECRET"), "a key in the metrics");
@@ -281,7 +317,10 @@ async fn usage_needs_a_key() {
     let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
     let (status, body) = get_json(&gw.url("/v1/usage")).await;
     assert_eq!(status, 404, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("server.api_keys"));
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("server.api_keys"));
     let tag = "nokey";
     let gw = Gateway::start(&up, Provider::Ollama, settings(tag)).await;
     let (status, body) = get_json(&gw.url("/v1/usage")).await;

@@ -155,11 +155,7 @@ impl Drop for Phoenix {
 fn client_trace() -> (String, String, String) {
     let trace_id = uuid::Uuid::new_v4().simple().to_string();
     let span_id = uuid::Uuid::new_v4().simple().to_string()[..16].to_string();
-    (
-        format!("00-{trace_id}-{span_id}-01"),
-        trace_id,
-        span_id,
-    )
+    (format!("00-{trace_id}-{span_id}-01"), trace_id, span_id)
 }
 
 /// The one span named `name`.
@@ -190,7 +186,11 @@ fn assert_tree(spans: &[Value], root: &str, client_span: &str, parents: &[(&str,
     for (child, parent) in parents {
         let c = named(spans, child);
         let p = named(spans, parent);
-        assert_eq!(c["parent_id"].as_str(), Some(id(p)), "{child} under {parent}");
+        assert_eq!(
+            c["parent_id"].as_str(),
+            Some(id(p)),
+            "{child} under {parent}"
+        );
         let (s, e) = (time(c, "start_time"), time(c, "end_time"));
         assert!(
             start <= s && s <= e && e <= end,
@@ -265,7 +265,12 @@ async fn mcp_ask(url: &str, traceparent: &str, question: &str) -> String {
     r.text().await.unwrap()
 }
 
-async fn gateway(up: &ScriptedUpstream, phoenix: &Phoenix, project: &str, capture: bool) -> Spawned {
+async fn gateway(
+    up: &ScriptedUpstream,
+    phoenix: &Phoenix,
+    project: &str,
+    capture: bool,
+) -> Spawned {
     let endpoint = phoenix.url("/v1/traces");
     let project = project.to_string();
     Spawned::with_knowledge(up, Provider::Openai, move |s| {
@@ -358,14 +363,25 @@ async fn phoenix_shows_every_stage_of_an_answer_and_no_content_unless_asked() {
     assert_eq!(hit_ids, cited, "the trace names the chunks the answer used");
     for (hit, source) in hits.iter().zip(&sources) {
         let score = hit["score"].as_f64().unwrap();
-        assert!((score - source["score"].as_f64().unwrap()).abs() < 1e-4, "{hit} {source}");
+        assert!(
+            (score - source["score"].as_f64().unwrap()).abs() < 1e-4,
+            "{hit} {source}"
+        );
     }
     assert_eq!(
         attr(retrieval, "retrieval.documents.0.document.id"),
         cited[0],
         "Phoenix lists the documents: {retrieval:#}"
     );
-    assert!(attr(named(&spans, "retrieve lexical (bm25)"), "assist.candidates").as_i64().unwrap() > 0);
+    assert!(
+        attr(
+            named(&spans, "retrieve lexical (bm25)"),
+            "assist.candidates"
+        )
+        .as_i64()
+        .unwrap()
+            > 0
+    );
     assert_eq!(attr(named(&spans, "fuse (rrf)"), "assist.hits"), hits.len());
 
     let assemble = named(&spans, "assemble");
@@ -383,10 +399,22 @@ async fn phoenix_shows_every_stage_of_an_answer_and_no_content_unless_asked() {
     assert!(attr(chat, "gen_ai.usage.input_tokens").as_i64().unwrap() > 0);
     assert!(attr(chat, "gen_ai.usage.output_tokens").as_i64().unwrap() > 0);
     assert!(attr(chat, "llm.token_count.total").as_i64().unwrap() > 0);
-    assert_eq!(attr(chat, "gen_ai.response.finish_reasons"), &json!(["stop"]));
-    assert!(attr(chat, "gen_ai.response.time_to_first_chunk").as_f64().unwrap() > 0.0);
+    assert_eq!(
+        attr(chat, "gen_ai.response.finish_reasons"),
+        &json!(["stop"])
+    );
     assert!(
-        chat["events"].as_array().unwrap().iter().any(|e| e["name"] == "first token"),
+        attr(chat, "gen_ai.response.time_to_first_chunk")
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(
+        chat["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "first token"),
         "{chat:#}"
     );
     assert_eq!(
@@ -396,7 +424,9 @@ async fn phoenix_shows_every_stage_of_an_answer_and_no_content_unless_asked() {
     );
 
     // No content: not the question, the answer, the prompt or a chunk's text.
-    let source_text = get_json(&gw.url(&format!("/v1/sources/{}", cited[0]))).await.1["text"]
+    let source_text = get_json(&gw.url(&format!("/v1/sources/{}", cited[0])))
+        .await
+        .1["text"]
         .as_str()
         .unwrap()
         .to_string();
@@ -409,7 +439,10 @@ async fn phoenix_shows_every_stage_of_an_answer_and_no_content_unless_asked() {
         .map(str::trim)
         .find(|l| l.len() > 24)
         .unwrap();
-    assert!(!all.contains(line), "a chunk's text is in the trace: {line}");
+    assert!(
+        !all.contains(line),
+        "a chunk's text is in the trace: {line}"
+    );
     for key in [
         "input.value",
         "gen_ai.input.messages",
@@ -419,7 +452,10 @@ async fn phoenix_shows_every_stage_of_an_answer_and_no_content_unless_asked() {
         "gen_ai.retrieval.query.text",
         "document.content",
     ] {
-        assert!(!all.contains(&format!("{key}\"")), "{key} is in the trace: {all}");
+        assert!(
+            !all.contains(&format!("{key}\"")),
+            "{key} is in the trace: {all}"
+        );
     }
     // Phoenix makes an output of the response's model when there is none.
     let output = attr(chat, "output.value");
@@ -451,18 +487,22 @@ async fn phoenix_shows_every_stage_of_an_answer_and_no_content_unless_asked() {
     let names: Vec<&str> = tree.iter().map(|(c, _)| *c).chain([root]).collect();
     let spans = phoenix.trace(&project, &trace_id, &names).await;
     assert_tree(&spans, root, &client_span, &tree);
-    assert_eq!(attr(named(&spans, root), "gen_ai.request.model"), UPSTREAM_MODEL);
+    assert_eq!(
+        attr(named(&spans, root), "gen_ai.request.model"),
+        UPSTREAM_MODEL
+    );
     assert_eq!(attr(named(&spans, root), "gen_ai.request.stream"), false);
     let all = serde_json::to_string(&spans).unwrap();
     assert!(!all.contains("QUESTION_MARKER_71") && !all.contains("ANSWER_MARKER_72"));
 
     // A gRPC call, its trace continued from the call's metadata.
     let (traceparent, trace_id, client_span) = client_trace();
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", gw.grpc_addr.unwrap()))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://{}", gw.grpc_addr.unwrap()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
     let mut request = tonic::Request::new(AgentRequest {
         query: QUESTION.into(),
         session_id: "traced-grpc".into(),
@@ -536,7 +576,10 @@ async fn phoenix_shows_every_stage_of_an_answer_and_no_content_unless_asked() {
     assert_eq!(chat["status_code"], "ERROR", "{chat:#}");
     assert_eq!(attr(chat, "error.type"), "status_5xx");
     let all = serde_json::to_string(&spans).unwrap();
-    assert!(!all.contains("SECRET_UPSTREAM_TEXT"), "the upstream's message is not recorded");
+    assert!(
+        !all.contains("SECRET_UPSTREAM_TEXT"),
+        "the upstream's message is not recorded"
+    );
     drop(gw);
 
     // With content capture: the question, the prompt, the chunks and the answer are on
@@ -544,7 +587,11 @@ async fn phoenix_shows_every_stage_of_an_answer_and_no_content_unless_asked() {
     let project = format!("gw-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let gw = gateway(&up, &phoenix, &project, true).await;
     let secret = format!("gh{}_Ta0nRUyw4sBypiCZrMnQShoeHG7FYZfZq7za", "p");
-    up.set_default(Reply::tokens(&["The token ", &secret, " ANSWER_MARKER_72."]));
+    up.set_default(Reply::tokens(&[
+        "The token ",
+        &secret,
+        " ANSWER_MARKER_72.",
+    ]));
     let (traceparent, trace_id, _) = client_trace();
     let question = format!("{QUESTION} my token is {secret}");
     let (status, body) = ask(
@@ -563,13 +610,22 @@ async fn phoenix_shows_every_stage_of_an_answer_and_no_content_unless_asked() {
     assert!(!all.contains(&secret), "a secret reached the trace: {all}");
     let r = named(&spans, root);
     let input = attr(r, "input.value").as_str().unwrap();
-    assert!(input.contains("QUESTION_MARKER_71") && input.contains("[REDACTED github_token]"), "{input}");
+    assert!(
+        input.contains("QUESTION_MARKER_71") && input.contains("[REDACTED github_token]"),
+        "{input}"
+    );
     let chat = named(&spans, "chat up-model:latest");
-    assert!(attr(chat, "llm.input_messages.0.message.content").is_string(), "{chat:#}");
+    assert!(
+        attr(chat, "llm.input_messages.0.message.content").is_string(),
+        "{chat:#}"
+    );
     let prompt = serde_json::to_string(&chat["attributes"]).unwrap();
     assert!(prompt.contains("QUESTION_MARKER_71"), "{prompt}");
     let output = attr(chat, "output.value").as_str().unwrap();
-    assert!(output.contains("ANSWER_MARKER_72") && output.contains("[REDACTED github_token]"), "{output}");
+    assert!(
+        output.contains("ANSWER_MARKER_72") && output.contains("[REDACTED github_token]"),
+        "{output}"
+    );
     let retrieval = named(&spans, "retrieval knowledge");
     assert!(
         attr(retrieval, "retrieval.documents.0.document.content").is_string(),
