@@ -22,6 +22,7 @@ mod responses;
 mod scrape;
 mod sites;
 pub(crate) mod sources;
+mod stored;
 mod usage;
 
 use std::future::Future;

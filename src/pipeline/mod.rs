@@ -308,7 +308,7 @@ impl Pipeline {
     }
 
     /// The privacy rules every prompt, source and stored turn goes through.
-    pub fn privacy(&self) -> &Privacy {
+    pub fn privacy(&self) -> &Arc<Privacy> {
         &self.privacy
     }
 
@@ -1582,11 +1582,9 @@ impl Memory {
             assistant.push_str(CUT_MARK);
         }
         Turn {
-            user: std::mem::take(&mut self.question),
-            assistant,
             attached: std::mem::take(&mut self.attached),
             interrupted,
-            at: chrono::Utc::now().timestamp(),
+            ..Turn::new(std::mem::take(&mut self.question), assistant)
         }
     }
 
