@@ -436,6 +436,22 @@ pub(crate) fn error_text(error: &Value) -> Option<String> {
     }
 }
 
+/// The current trace span as the request's parent (a W3C `traceparent` header), when
+/// traces are exported (the span is then enabled; `trace` sets the propagator).
+fn with_trace_context(rb: RequestBuilder) -> RequestBuilder {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let span = tracing::Span::current();
+    if span.is_disabled() {
+        return rb;
+    }
+    let cx = span.context();
+    let mut headers = http::HeaderMap::new();
+    opentelemetry::global::get_text_map_propagator(|p| {
+        p.inject_context(&cx, &mut opentelemetry_http::HeaderInjector(&mut headers))
+    });
+    rb.headers(headers)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -540,18 +556,3 @@ mod tests {
     }
 }
 
-/// The current trace span as the request's parent (a W3C `traceparent` header), when
-/// traces are exported (the span is then enabled; `trace` sets the propagator).
-fn with_trace_context(rb: RequestBuilder) -> RequestBuilder {
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let span = tracing::Span::current();
-    if span.is_disabled() {
-        return rb;
-    }
-    let cx = span.context();
-    let mut headers = http::HeaderMap::new();
-    opentelemetry::global::get_text_map_propagator(|p| {
-        p.inject_context(&cx, &mut opentelemetry_http::HeaderInjector(&mut headers))
-    });
-    rb.headers(headers)
-}

@@ -1268,7 +1268,7 @@ impl Pipeline {
             server.address = url.as_ref().and_then(|u| u.host_str()).unwrap_or_default(),
             server.port = url.as_ref().and_then(reqwest::Url::port_or_known_default).map_or(0, i64::from),
             gen_ai.request.max_tokens = request.params.max_tokens.map(i64::from),
-            gen_ai.request.temperature = request.params.temperature.map(f64::from),
+            gen_ai.request.temperature = request.params.temperature,
             // The upstream does not say which model answered: the one asked.
             gen_ai.response.model = request.model.as_str(),
             gen_ai.usage.input_tokens = Empty,

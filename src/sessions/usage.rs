@@ -178,9 +178,12 @@ fn today() -> String {
     day_of(chrono::Utc::now())
 }
 
-/// (key, day, model) → (requests, errors, input tokens, output tokens).
-const USAGE: TableDefinition<(&str, &str, &str), (u64, u64, u64, u64)> =
-    TableDefinition::new("usage");
+/// (key, day, model).
+type At<'a> = (&'a str, &'a str, &'a str);
+/// Requests, errors, input tokens, output tokens.
+type Counted = (u64, u64, u64, u64);
+/// (key, day, model) → counts.
+const USAGE: TableDefinition<At, Counted> = TableDefinition::new("usage");
 
 /// Usage in an embedded database file; the minute's answers in memory (one process
 /// opens the file).
