@@ -555,4 +555,3 @@ mod tests {
         assert_eq!(retry_after("-3", now), None);
     }
 }
-
