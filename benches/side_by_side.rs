@@ -772,6 +772,8 @@ async fn hold_streams(client: &reqwest::Client, target: &Target, knobs: &Knobs) 
 /// Everything measured for one target.
 struct Row {
     name: &'static str,
+    /// The target's CPU milliseconds per 1,000 answers at 1,000 req/s (utime + stime).
+    cpu_ms_per_1000: Option<f64>,
     /// Ladder steps in order, until the first step over the largest bound.
     ladder: Vec<Step>,
     at100: Step,
@@ -1103,7 +1105,16 @@ async fn measure(
     upstream.clear_requests();
     run.recover(&plain, &ttft).await;
 
+    let cpu_before = target.server.pid().and_then(cpu_ticks);
     let at1000 = run.open_loop(&plain, false, 1000.0, knobs.secs).await;
+    // The target's own CPU time per answer at a fixed rate: what tracing adds to each
+    // request, less sensitive to a busy machine than throughput.
+    let cpu_ms_per_1000 = cpu_before
+        .zip(target.server.pid().and_then(cpu_ticks))
+        .filter(|_| !at1000.latency_us.is_empty())
+        .map(|(a, b)| {
+            (b - a) as f64 * 1000.0 / clock_ticks() / at1000.latency_us.len() as f64 * 1000.0
+        });
     eprintln!("{name}: 1000 req/s: {}", at1000.summary());
     upstream.clear_requests();
     run.recover(&plain, &at1000).await;
@@ -1166,6 +1177,7 @@ async fn measure(
         None => None,
     };
     Row {
+        cpu_ms_per_1000,
         name,
         ladder,
         at100,
@@ -1479,6 +1491,25 @@ fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[String]) {
     }
 }
 
+/// A process's CPU time so far (user + system, all threads), in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's name (in parentheses, which may hold spaces): fields 3 on.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`; 100 on Linux).
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
 /// Each traced row against the same target untraced, in the same run: throughput as a
 /// ratio (1.00× = no loss), p50 at a fixed rate as a difference, and what was exported.
 fn print_tracing_cost(
@@ -1508,11 +1539,11 @@ fn print_tracing_cost(
     );
     println!();
     println!(
-        "| target | {} | max req/s @ p99 ≤ {bound} ms | p50 traced − untraced @ 100 req/s | @ 1,000 req/s | exports (bytes) |",
+        "| target | {} | max req/s @ p99 ≤ {bound} ms | p50 traced − untraced @ 100 req/s | @ 1,000 req/s | target CPU ms per 1,000 answers @ 1,000 req/s | exports (bytes) |",
         closed_heads.join(" | ")
     );
     println!(
-        "|---|{}---:|---:|---:|---:|",
+        "|---|{}---:|---:|---:|---:|---:|",
         "---:|".repeat(closed_heads.len())
     );
     let p50_diff = |t: &Step, b: &Step| {
@@ -1529,18 +1560,25 @@ fn print_tracing_cost(
             .collect();
         let sent = exported
             .iter()
-            .find(|(name, _, _)| traced.name.contains(name.trim_end_matches("-traced")))
-            .filter(|(name, _, _)| name.ends_with("-traced"))
+            .find(|(name, _, _)| {
+                name.strip_suffix("-traced")
+                    .is_some_and(|base| traced.name.contains(base))
+            })
             .map_or("-".to_string(), |(_, e, b)| {
                 format!("{e} ({})", thousands(*b as f64))
             });
+        let cpu = match (traced.cpu_ms_per_1000, base.cpu_ms_per_1000) {
+            (Some(t), Some(b)) => format!("{t:.0} vs {b:.0} ({:+.1} %)", (t / b - 1.0) * 100.0),
+            _ => "-".to_string(),
+        };
         println!(
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             base.name,
             closed.join(" | "),
             ratio(max_rate(traced, bound), max_rate(base, bound)),
             p50_diff(&traced.at100, &base.at100),
             p50_diff(&traced.at1000, &base.at1000),
+            cpu,
             sent,
         );
     }

@@ -139,6 +139,9 @@ impl Tracing {
             .with_tracked_inactivity(false)
             .with_target(false)
             .with_level(false)
+            // The gateway never reads OpenTelemetry's current context (it asks the span):
+            // no context to switch on every poll of an instrumented future.
+            .with_context_activation(false)
             .with_filter(Targets::new().with_target(TARGET, LevelFilter::INFO))
     }
 

@@ -206,6 +206,8 @@ pub struct Pipeline {
     /// Tokens the upstream counted per estimated token (an `f64`'s bits), learned from
     /// the prompts it counted.
     scale: std::sync::atomic::AtomicU64,
+    /// The upstream's host and port, as its spans name them (`server.*`).
+    server: (String, i64),
 }
 
 /// Model names an upstream listed, and when.
@@ -291,6 +293,13 @@ pub struct Stages {
 
 impl Pipeline {
     pub fn new(chat: Arc<dyn ChatModel>, config: PipelineConfig, stages: Stages) -> Self {
+        let server = reqwest::Url::parse(chat.base_url()).map_or_else(
+            |_| (String::new(), 0),
+            |u| {
+                let host = u.host_str().unwrap_or_default().to_string();
+                (host, u.port_or_known_default().map_or(0, i64::from))
+            },
+        );
         Self {
             chat,
             config,
@@ -304,6 +313,7 @@ impl Pipeline {
             tokens: stages.tokens,
             privacy: stages.privacy,
             scale: std::sync::atomic::AtomicU64::new(1.0f64.to_bits()),
+            server,
         }
     }
 
@@ -1257,7 +1267,6 @@ impl Pipeline {
         if !trace::enabled() {
             return tracing::Span::none();
         }
-        let url = reqwest::Url::parse(self.chat.base_url()).ok();
         let span = tracing::info_span!(target: trace::TARGET, "chat",
             otel.name = format!("{operation} {}", request.model).as_str(),
             otel.kind = "client",
@@ -1265,8 +1274,8 @@ impl Pipeline {
             gen_ai.provider.name = if self.config.send_num_ctx { "ollama" } else { "openai" },
             gen_ai.request.model = request.model.as_str(),
             gen_ai.request.stream = true,
-            server.address = url.as_ref().and_then(|u| u.host_str()).unwrap_or_default(),
-            server.port = url.as_ref().and_then(reqwest::Url::port_or_known_default).map_or(0, i64::from),
+            server.address = self.server.0.as_str(),
+            server.port = self.server.1,
             gen_ai.request.max_tokens = request.params.max_tokens.map(i64::from),
             gen_ai.request.temperature = request.params.temperature,
             // The upstream does not say which model answered: the one asked.

@@ -30,11 +30,9 @@ use super::{DocType, Hit, KnowledgeChunk, Lang, Languages, LexicalIndex, VectorS
 use crate::config::RetrievalSettings;
 use crate::llm::{Embedder, TextKind};
 use crate::telemetry;
+use crate::trace::TARGET as SPANS;
 use tracing::field::Empty;
 use tracing::Instrument;
-
-/// The target of trace spans (`trace::TARGET`, a layer above).
-const SPANS: &str = "assist_gateway::span";
 
 /// A BM25 search over at most this many chunks, of a question of at most
 /// `INLINE_SEARCH_BYTES`, runs on the request's own task: it takes tens of microseconds
