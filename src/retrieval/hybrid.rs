@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use super::fusion::{rrf, Ranked};
 use super::{DocType, Hit, KnowledgeChunk, Lang, Languages, LexicalIndex, VectorStore};
 use crate::config::RetrievalSettings;
-use crate::llm::{Embedder, TextKind};
+use crate::embed::{Embedder, TextKind};
 use crate::telemetry;
 
 /// A BM25 search over at most this many chunks, of a question of at most

@@ -8,6 +8,7 @@ use std::path::Path;
 const LAYERS: &[(&str, u8)] = &[
     ("config", 0),
     ("llm", 1),
+    ("embed", 2),
     ("error", 2),
     ("telemetry", 2),
     ("privacy", 3),
