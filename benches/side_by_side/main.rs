@@ -26,7 +26,7 @@
 //! sending its next request when its last answer is complete (req/s at c=32 non-streamed,
 //! streams/s at c=50 and c=200). After the table, every row against nginx's: throughput
 //! ratios and p50 differences.
-//! See the README section "Benchmark against LiteLLM" for what each column means.
+//! See docs/benchmarks.md, "Against LiteLLM and nginx", for what each column means.
 //!
 //! Pinning (BENCH_PIN=on, the default, when at least 2 CPUs are allowed): the target under
 //! test runs on the first allowed CPU, this process (load client and scripted upstream) on

@@ -14,7 +14,7 @@ use crate::llm::{Input, Message, ModelCard};
 use crate::telemetry;
 
 /// Most the estimate reads over a real tokenizer's count (1.05–1.5× on the texts
-/// measured, README "Fitting the window"): a prompt estimated at more than this times the
+/// measured, docs/assistant.md, "Fitting the window"): a prompt estimated at more than this times the
 /// room is too long for certain.
 pub(super) const ESTIMATE_OVERCOUNT: f64 = 1.5;
 

@@ -3,8 +3,7 @@
 //! it is a follow-up whose subject is in the turns before it.
 //!
 //! Each decision says which rule made it (logged and counted, never the text). Measured on
-//! `examples/eval/turns.jsonl` with `assist-gateway eval turns` (see README, "Understanding
-//! the turn").
+//! `examples/eval/turns.jsonl` with `assist-gateway eval turns` (see docs/understanding.md).
 //!
 //! - **The editor.** A selection is the user's explicit pointer: with one, the message is
 //!   about it unless it is plainly a question of its own (a how-to, a definition, a request
