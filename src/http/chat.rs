@@ -15,6 +15,7 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use super::dialect::{ApiError, Dialect};
+use super::stored::{self, Thread};
 use super::{body, request_id, sources, AppState};
 use crate::error::GatewayError;
 use crate::llm::{FinishReason, ToolCall, UpstreamRequest, Usage};
@@ -48,6 +49,8 @@ pub struct Parsed<R> {
     pub load: bool,
     /// How this request's answer is rendered (ids, options that shape the output).
     pub render: R,
+    /// The stored response it continues, and whether it is kept (Responses API).
+    pub thread: Thread,
 }
 
 impl<R> Parsed<R> {
@@ -70,6 +73,7 @@ impl<R> Parsed<R> {
             stream,
             load,
             render,
+            thread: Thread::default(),
         }
     }
 }
@@ -149,7 +153,7 @@ async fn answer<R: HttpRender>(
     mut log: ChatLog,
     parsed: Result<Parsed<R>, GatewayError>,
 ) -> Result<Response, Failed> {
-    let parsed = match parsed {
+    let mut parsed = match parsed {
         Ok(p) => p,
         Err(e) => return Err((log, e)),
     };
@@ -161,6 +165,18 @@ async fn answer<R: HttpRender>(
         }
         return Ok(whole(&parsed.render, &loaded(), log));
     }
+    let keeper = match stored::prepare(
+        state.pipeline.sessions(),
+        state.pipeline.privacy(),
+        owner,
+        &mut parsed.turn,
+        std::mem::take(&mut parsed.thread),
+    )
+    .await
+    {
+        Ok(keeper) => keeper,
+        Err(e) => return Err((log, e)),
+    };
     let events = match chat::start(
         state,
         gate.as_ref(),
@@ -171,7 +187,10 @@ async fn answer<R: HttpRender>(
     )
     .await
     {
-        Ok(events) => events,
+        Ok(events) => match keeper {
+            Some(k) => k.tap(events),
+            None => events,
+        },
         Err(e) => return Err((log, e)),
     };
     if parsed.stream {

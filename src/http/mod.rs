@@ -22,6 +22,7 @@ mod responses;
 mod scrape;
 mod sites;
 pub(crate) mod sources;
+mod stored;
 
 use std::future::Future;
 use std::sync::Arc;

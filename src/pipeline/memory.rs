@@ -112,11 +112,9 @@ impl Memory {
             assistant.push_str(CUT_MARK);
         }
         Turn {
-            user: std::mem::take(&mut self.question),
-            assistant,
             attached: std::mem::take(&mut self.attached),
             interrupted,
-            at: chrono::Utc::now().timestamp(),
+            ..Turn::new(std::mem::take(&mut self.question), assistant)
         }
     }
 

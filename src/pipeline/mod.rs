@@ -269,7 +269,7 @@ impl Pipeline {
     }
 
     /// The privacy rules every prompt, source and stored turn goes through.
-    pub fn privacy(&self) -> &Privacy {
+    pub fn privacy(&self) -> &Arc<Privacy> {
         &self.privacy
     }
 

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::config::{SessionBackend, SessionSettings};
-use crate::llm::{Message, Role};
+use crate::llm::{Message, Role, ToolCall};
 
 /// Longest `session_id` accepted, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
@@ -107,11 +107,48 @@ pub struct Turn {
     pub interrupted: bool,
     /// Unix seconds.
     pub at: i64,
+    /// The outputs of the previous answer's function calls the question came with
+    /// (stored responses: a tool loop continued by `previous_response_id`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<CallResult>,
+    /// The function calls the answer made.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<Call>,
+}
+
+/// A function call an answer made, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Call {
+    pub id: String,
+    pub name: String,
+    /// The arguments as a JSON document.
+    pub arguments: String,
+}
+
+/// A function call's output, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallResult {
+    pub call_id: String,
+    pub output: String,
 }
 
 impl Turn {
-    /// The turn as the two messages a model sees.
-    pub fn messages(&self) -> [Message; 2] {
+    /// A turn of `user`'s question and its `assistant` answer, now.
+    pub fn new(user: String, assistant: String) -> Self {
+        Self {
+            user,
+            assistant,
+            attached: Vec::new(),
+            interrupted: false,
+            at: chrono::Utc::now().timestamp(),
+            results: Vec::new(),
+            calls: Vec::new(),
+        }
+    }
+
+    /// The turn as the messages a model sees: the function outputs it came with, the
+    /// question (unless it was only outputs), the answer with its calls.
+    pub fn messages(&self) -> Vec<Message> {
         let mut answer = self.assistant.clone();
         if self.interrupted {
             if !answer.is_empty() {
@@ -123,10 +160,31 @@ impl Turn {
         if !self.attached.is_empty() {
             question.push_str(&format!("\n\n[attached: {}]", self.attached.join("; ")));
         }
-        [
-            Message::text(Role::User, question),
-            Message::text(Role::Assistant, answer),
-        ]
+        let mut out: Vec<Message> = self
+            .results
+            .iter()
+            .map(|r| Message {
+                tool_call_id: Some(r.call_id.clone()),
+                ..Message::text(Role::Tool, r.output.clone())
+            })
+            .collect();
+        if !question.is_empty() || out.is_empty() {
+            out.push(Message::text(Role::User, question));
+        }
+        out.push(Message {
+            tool_calls: self
+                .calls
+                .iter()
+                .map(|c| ToolCall {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    arguments: serde_json::from_str(&c.arguments)
+                        .unwrap_or_else(|_| serde_json::Value::String(c.arguments.clone())),
+                })
+                .collect(),
+            ..Message::text(Role::Assistant, answer)
+        });
+        out
     }
 
     /// The turn as stored: JSON, cut to at most `max_bytes` when it alone is larger (the
@@ -148,6 +206,14 @@ impl Turn {
         let shorter = Turn {
             user: cut(&self.user),
             assistant: cut(&self.assistant),
+            results: self
+                .results
+                .iter()
+                .map(|r| CallResult {
+                    call_id: r.call_id.clone(),
+                    output: cut(&r.output),
+                })
+                .collect(),
             ..self.clone()
         };
         Ok(serde_json::to_vec(&shorter)?)
@@ -290,6 +356,11 @@ impl Sessions {
         self
     }
 
+    /// The latest turns of a session a turn sees (`sessions.window_turns`).
+    pub fn window_turns(&self) -> usize {
+        self.window_turns
+    }
+
     pub fn max_turn_bytes(&self) -> usize {
         self.max_turn_bytes
     }
@@ -408,13 +479,7 @@ pub(crate) mod contract {
     use super::*;
 
     pub fn turn(n: usize) -> Turn {
-        Turn {
-            user: format!("question {n}"),
-            assistant: format!("answer {n}"),
-            attached: Vec::new(),
-            interrupted: false,
-            at: chrono::Utc::now().timestamp(),
-        }
+        Turn::new(format!("question {n}"), format!("answer {n}"))
     }
 
     pub fn shared(id: &str) -> SessionKey {

@@ -8,7 +8,11 @@ once for each SDK. Every streamed event is re-validated against its typed model 
 SDKs build events without validation by default), and each check asserts what the SDK
 hands to its user.
 
-Usage: python agent_sdks.py BASE_URL MODEL plain|tools
+Phase `sources`: the gateway answers `brunix` from examples/knowledge, so its answers
+cite their sources: Anthropic's `search_result_location` citations, the Responses API's
+`url_citation` annotations.
+
+Usage: python agent_sdks.py BASE_URL MODEL plain|tools|sources
 """
 
 import sys
@@ -202,7 +206,51 @@ def responses_function_call_round_trip():
     assert r.output_text == ANSWER, r
 
 
-if PHASE == "plain":
+def responses_stored_chain():
+    first = oa.responses.create(model=MODEL, input="My name is Ada.", store=True)
+    assert first.store is True, first
+    second = oa.responses.create(model=MODEL, input="What is my name?",
+                                 previous_response_id=first.id)
+    assert second.previous_response_id == first.id and second.output_text == ANSWER, second
+    assert second.store is False, second
+    try:
+        oa.responses.create(model=MODEL, input="go on", previous_response_id=second.id)
+        raise AssertionError("an unstored response was continued")
+    except openai.BadRequestError as e:
+        assert e.param == "previous_response_id" and "not found" in e.message, e.body
+
+
+PORT_QUESTION = "How do I configure the server port?"
+
+
+def anthropic_citations():
+    with an.messages.stream(model=MODEL, max_tokens=64,
+                            messages=[{"role": "user", "content": PORT_QUESTION}]) as s:
+        events = [validated(e) for e in s]
+        final = s.get_final_message()
+    deltas = [e.delta for e in events
+              if e.type == "content_block_delta" and e.delta.type == "citations_delta"]
+    assert deltas, [e.type for e in events]
+    cited = final.content[0].citations
+    assert cited and all(c.type == "search_result_location" for c in cited), final
+    assert [c.search_result_index for c in cited] == list(range(len(cited))), cited
+    assert all(c.source.startswith(BASE + "/v1/sources/") for c in cited), cited
+    whole = an.messages.create(model=MODEL, max_tokens=64,
+                               messages=[{"role": "user", "content": PORT_QUESTION}])
+    assert [c.source for c in whole.content[0].citations] == [c.source for c in cited], whole
+
+
+def responses_annotations():
+    r = oa.responses.create(model=MODEL, input=PORT_QUESTION)
+    notes = r.output[0].content[0].annotations
+    assert notes and all(a.type == "url_citation" for a in notes), r.output
+    assert all(a.url.startswith(BASE + "/v1/sources/") for a in notes), notes
+
+
+if PHASE == "sources":
+    check("anthropic search_result_location citations", anthropic_citations)
+    check("responses url_citation annotations", responses_annotations)
+elif PHASE == "plain":
     check("anthropic whole message", anthropic_whole)
     check("anthropic raw stream events validate", anthropic_raw_stream_events_validate)
     check("anthropic stream helper", anthropic_stream_helper)
@@ -214,6 +262,7 @@ if PHASE == "plain":
     check("responses.stream typed events", responses_stream)
     check("responses raw stream sequence numbers", responses_raw_stream)
     check("responses error class", responses_errors)
+    check("responses stored chain (store, previous_response_id)", responses_stored_chain)
 else:
     check("anthropic tool round trip (streamed)", anthropic_tool_round_trip)
     check("responses function call round trip", responses_function_call_round_trip)

@@ -48,4 +48,17 @@ async fn anthropic_and_openai_responses_sdks() {
             .await;
         }
     }
+    // Answers from the knowledge base cite their sources as each SDK types them.
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::with_knowledge(&up, Provider::Openai, |s| {
+        s.server.api_keys = vec!["sk-a".into()];
+    })
+    .await;
+    run_client_script(
+        &python,
+        "agent_sdks.py",
+        &[&gw.url(""), "brunix", "sources"],
+        "0 failed",
+    )
+    .await;
 }

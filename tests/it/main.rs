@@ -51,6 +51,7 @@ mod real_window;
 mod responses_api;
 mod secrets;
 mod security;
+mod stored_responses;
 mod tool_call_streams;
 mod understanding;
 mod whole_answers;

@@ -32,6 +32,8 @@ pub struct Stream {
     next: usize,
     /// Whether the answer called tools (its stop reason is then `tool_use`).
     called: bool,
+    /// Base URL of source links; `None`: a citation names the source's file.
+    links: Option<String>,
 }
 
 impl Stream {
@@ -43,7 +45,30 @@ impl Stream {
             open: Open::None,
             next: 0,
             called: false,
+            links: None,
         }
+    }
+
+    /// The assistant's sources as the text block's citations: one
+    /// `search_result_location` per source (the gateway's retrieved chunks are the
+    /// search results the answer was written from), linking to `/v1/sources/{id}` when
+    /// the request's base URL is known. `cited_text` is the source's title, not the
+    /// chunk's text, which only `/v1/sources/{id}` serves.
+    fn citations(&self, sources: Option<&[Source]>) -> Vec<Value> {
+        sources
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let source = match &self.links {
+                    Some(base) => crate::http::sources::link(base, &s.id),
+                    None => s.file.clone(),
+                };
+                json!({"type": "search_result_location", "source": source,
+                    "title": s.title(), "cited_text": s.title(), "search_result_index": i,
+                    "start_block_index": 0, "end_block_index": 1})
+            })
+            .collect()
     }
 
     fn stop_reason(&self, finish: FinishReason, calls: bool) -> &'static str {
@@ -179,6 +204,17 @@ impl Render for Stream {
 
     fn end(&mut self, end: End<'_>) -> Bytes {
         let mut out = Vec::new();
+        // The sources cite the answer's text: their citations close its block.
+        if self.open == Open::Text {
+            for citation in self.citations(end.sources) {
+                event(
+                    &mut out,
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": self.next - 1,
+                        "delta": {"type": "citations_delta", "citation": citation}}),
+                );
+            }
+        }
         self.close(&mut out);
         let mut delta = json!({"type": "message_delta",
         "delta": {"stop_reason": self.stop_reason(end.finish, false), "stop_sequence": null},
@@ -209,10 +245,20 @@ fn with_sources(v: &mut Value, sources: Option<&[Source]>) {
 impl HttpRender for Stream {
     const CONTENT_TYPE: &'static str = "text/event-stream";
 
+    fn link_sources(&mut self, base: &str) {
+        self.links = Some(base.to_string());
+    }
+
     fn whole(&self, answer: &Answer, _timing: Timing) -> Value {
         let mut content = Vec::new();
         if !answer.text.is_empty() || answer.tool_calls.is_empty() {
-            content.push(json!({"type": "text", "text": answer.text, "citations": null}));
+            let citations = self.citations(answer.sources.as_deref());
+            let citations = if citations.is_empty() {
+                Value::Null
+            } else {
+                Value::Array(citations)
+            };
+            content.push(json!({"type": "text", "text": answer.text, "citations": citations}));
         }
         for call in &answer.tool_calls {
             content.push(json!({"type": "tool_use", "id": call.id, "name": call.name,

@@ -1,6 +1,7 @@
 //! The OpenAI Responses dialect (Codex CLI, the OpenAI SDKs' `responses`): `POST
-//! /v1/responses` (parsed in `parse`, rendered in `render`), stateless: the client sends
-//! the whole conversation each time. Routed beside the OpenAI routes under `/v1`, with
+//! /v1/responses` (parsed in `parse`, rendered in `render`), stateless by default: the
+//! client sends the whole conversation each time (as Codex does), unless it stores
+//! responses (`store: true`) and continues them by `previous_response_id` (`stored`). Routed beside the OpenAI routes under `/v1`, with
 //! OpenAI's error shape `{"error":{"message","type","param","code"}}`.
 
 mod parse;

@@ -12,6 +12,7 @@ use super::render::Stream;
 use crate::error::GatewayError;
 use crate::http::body::parse_json;
 use crate::http::chat::{Context, Parsed};
+use crate::http::stored::Thread;
 use crate::llm::{GenParams, Input, Message, Role, ToolCall, UpstreamRequest};
 
 /// The fields read (no `flatten`, so that errors keep the field's path).
@@ -94,13 +95,6 @@ pub fn responses(body: &[u8]) -> Result<Parsed<Stream>, GatewayError> {
     if req.model.trim().is_empty() {
         return Err(GatewayError::invalid("model", "model must not be empty"));
     }
-    if req.previous_response_id.is_some() {
-        return Err(GatewayError::invalid(
-            "previous_response_id",
-            "previous_response_id is not supported: this gateway keeps no responses; \
-             send the whole conversation in 'input' (as Codex does)",
-        ));
-    }
     for (name, value, max) in [
         ("temperature", req.temperature, 2.0),
         ("top_p", req.top_p, 1.0),
@@ -159,13 +153,16 @@ pub fn responses(body: &[u8]) -> Result<Parsed<Stream>, GatewayError> {
         response_format,
         ..GenParams::default()
     };
+    // Stateless unless asked: `store: true` keeps the response for a later
+    // `previous_response_id`.
+    let store = req.store.unwrap_or(false);
     let echo = json!({
         "instructions": req.instructions,
         "max_output_tokens": req.max_output_tokens,
         "metadata": req.metadata.take().unwrap_or_else(|| json!({})),
         "parallel_tool_calls": req.parallel_tool_calls.unwrap_or(true),
-        "previous_response_id": null,
-        "store": req.store.unwrap_or(false),
+        "previous_response_id": req.previous_response_id.clone(),
+        "store": store,
         "temperature": req.temperature,
         "text": {"format": format.unwrap_or_else(|| json!({"type": "text"}))},
         "tool_choice": tool_choice.unwrap_or_else(|| json!("auto")),
@@ -176,6 +173,10 @@ pub fn responses(body: &[u8]) -> Result<Parsed<Stream>, GatewayError> {
     });
     let stream = req.stream.unwrap_or(false);
     let render = Stream::new(&req.model, echo);
+    let thread = Thread {
+        continues: req.previous_response_id.take(),
+        keep_as: store.then(|| render.id().to_string()),
+    };
     let request = UpstreamRequest {
         model: req.model,
         input: Input::Chat(messages),
@@ -189,7 +190,9 @@ pub fn responses(body: &[u8]) -> Result<Parsed<Stream>, GatewayError> {
         user: req.user,
         additional_context: None,
     };
-    Ok(Parsed::client(request, context, (stream, false), render))
+    let mut parsed = Parsed::client(request, context, (stream, false), render);
+    parsed.thread = thread;
+    Ok(parsed)
 }
 
 /// Input items as neutral messages: consecutive function calls join the assistant

@@ -51,6 +51,11 @@ impl Stream {
         }
     }
 
+    /// The response's id (`resp_…`), under which it is kept with `store: true`.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     /// The response object in a state.
     fn response(&self, status: &str, output: &[Value], usage: Option<Usage>) -> Value {
         let mut r = Map::new();
