@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc: the streaming path allocates per event, and glibc's malloc took about a
-/// sixth of the gateway's core under load (see README, "Benchmark against LiteLLM").
+/// sixth of the gateway's core under load (see docs/benchmarks.md, "Against LiteLLM and nginx").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
