@@ -197,6 +197,12 @@ pub fn secrets_redacted<'k>(
     }
 }
 
+/// A completion request answered from the recent completions (`hit`), or sent upstream.
+pub fn completion_cache(hit: bool) {
+    metrics::counter!("assist_completion_cache_total", "result" => if hit { "hit" } else { "miss" })
+        .increment(1);
+}
+
 /// A search whose dense half missed `retrieval.deadline_ms`.
 pub fn retrieval_deadline() {
     metrics::counter!("assist_retrieval_deadline_total").increment(1);

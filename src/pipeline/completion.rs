@@ -11,7 +11,104 @@ use super::window::estimate_tokens;
 use super::{fill, ms, ChatTurn, Event, EventStream, Pipeline};
 use crate::error::GatewayError;
 use crate::llm::{FinishReason, Input, Usage};
-use crate::telemetry::UpstreamClock;
+use crate::sessions::Owner;
+use crate::telemetry::{self, UpstreamClock};
+
+pub(super) mod recent {
+    //! Recent middles: an editor asks for the same completion again when the user comes
+    //! back to the same place, or after it cancelled the request at the next keystroke
+    //! and the text returned to what it was. The same request of the same caller within
+    //! [`TTL`] is answered at once from the middle the upstream wrote the first time.
+
+    use std::hash::{Hash, Hasher};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use futures::StreamExt;
+
+    use crate::llm::{FinishReason, UpstreamRequest, Usage};
+    use crate::pipeline::{Event, EventStream};
+    use crate::sessions::Owner;
+
+    /// How long a middle is kept.
+    pub const TTL: Duration = Duration::from_secs(60);
+    /// Middles kept (each at most [`MAX_MIDDLE`] bytes).
+    const ENTRIES: usize = 512;
+    const MAX_MIDDLE: usize = 8 * 1024;
+
+    /// A completion request as the cache tells them apart: the caller, the model, the
+    /// prompt as written for it and every option that shapes the middle.
+    pub fn key(owner: &Owner, request: &UpstreamRequest) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        owner.as_str().hash(&mut h);
+        request.model.hash(&mut h);
+        format!("{:?}", request.input).hash(&mut h);
+        format!("{:?}", request.params).hash(&mut h);
+        h.finish()
+    }
+
+    pub struct Recent {
+        middles: quick_cache::sync::Cache<u64, (Instant, Arc<str>)>,
+    }
+
+    impl Default for Recent {
+        fn default() -> Self {
+            Self {
+                middles: quick_cache::sync::Cache::new(ENTRIES),
+            }
+        }
+    }
+
+    impl Recent {
+        pub fn get(&self, key: u64) -> Option<Arc<str>> {
+            let (at, middle) = self.middles.get(&key)?;
+            (at.elapsed() < TTL).then_some(middle)
+        }
+
+        /// The events, the middle kept when it ends as it should (not cut by
+        /// `max_tokens`, not failed, not abandoned).
+        pub fn keep(self: &Arc<Self>, key: u64, events: EventStream) -> EventStream {
+            let recent = self.clone();
+            let middle = Arc::new(Mutex::new(Some(String::new())));
+            events
+                .inspect(move |event| {
+                    let mut slot = middle.lock().unwrap_or_else(|e| e.into_inner());
+                    match event {
+                        Event::Delta(text) => {
+                            if let Some(m) = slot.as_mut() {
+                                m.push_str(text);
+                                if m.len() > MAX_MIDDLE {
+                                    *slot = None;
+                                }
+                            }
+                        }
+                        Event::Done {
+                            finish: FinishReason::Stop,
+                            ..
+                        } => {
+                            if let Some(m) = slot.take() {
+                                recent.middles.insert(key, (Instant::now(), m.into()));
+                            }
+                        }
+                        _ => *slot = None,
+                    }
+                })
+                .boxed()
+        }
+    }
+
+    /// A kept middle, as the upstream's answer would have come.
+    pub fn replay(middle: Arc<str>) -> EventStream {
+        futures::stream::iter([
+            Event::Delta(middle.to_string()),
+            Event::Done {
+                finish: FinishReason::Stop,
+                usage: Usage::default(),
+            },
+        ])
+        .boxed()
+    }
+}
 
 impl Pipeline {
     /// Fill-in-the-middle: the completion model's FIM prompt with repository snippets,
@@ -20,6 +117,7 @@ impl Pipeline {
     pub(super) async fn run_fill(
         &self,
         turn: ChatTurn,
+        owner: &Owner,
         clock: Arc<UpstreamClock>,
     ) -> Result<EventStream, GatewayError> {
         let started = Instant::now();
@@ -112,10 +210,21 @@ impl Pipeline {
                 request.params.stop.push((*stop).to_string());
             }
         }
+        let key = recent::key(owner, &request);
+        if let Some(middle) = self.recent_fills.get(key) {
+            tracing::info!(
+                middle_chars = middle.len(),
+                "completion: answered from the recent completions"
+            );
+            telemetry::completion_cache(true);
+            return Ok(recent::replay(middle));
+        }
+        telemetry::completion_cache(false);
         let estimate = estimate_tokens(&request.input);
         let chunks = clock.time(self.chat.stream(request)).await?;
         let events = answer_events(chunks, self.upstream(clock), estimate, None);
-        Ok(ended(events, fill::Ender::new(template, &prefix, &suffix)))
+        let events = ended(events, fill::Ender::new(template, &prefix, &suffix));
+        Ok(self.recent_fills.keep(key, events))
     }
 }
 

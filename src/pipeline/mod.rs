@@ -185,6 +185,8 @@ pub struct Pipeline {
     /// Tokens the upstream counted per estimated token (an `f64`'s bits), learned from
     /// the prompts it counted.
     scale: std::sync::atomic::AtomicU64,
+    /// Completions answered lately, for the same request again.
+    recent_fills: Arc<completion::recent::Recent>,
 }
 
 /// The Ollama options a client may set for the assistant: sampling only. Any other
@@ -265,6 +267,7 @@ impl Pipeline {
             tokens: stages.tokens,
             privacy: stages.privacy,
             scale: std::sync::atomic::AtomicU64::new(1.0f64.to_bits()),
+            recent_fills: Arc::default(),
         }
     }
 
@@ -320,7 +323,9 @@ impl Pipeline {
                     None,
                 ))
             }
-            Route::Assistant if is_fill(&turn.request.input) => self.run_fill(turn, clock).await,
+            Route::Assistant if is_fill(&turn.request.input) => {
+                self.run_fill(turn, owner, clock).await
+            }
             Route::Assistant => self.run_assistant(turn, owner, clock).await,
         }
     }
