@@ -22,8 +22,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use assist_gateway::config::{EmbeddingProvider, Settings};
+use assist_gateway::embed::{self, TextKind};
 use assist_gateway::ingest::chunk::{chunk_file, kind_of, ChunkConfig};
-use assist_gateway::llm::{embedder_from_settings, TextKind};
 
 const QUERIES: [&str; 10] = [
     "How do I declare a path parameter for an endpoint?",
@@ -101,7 +101,7 @@ fn main() {
         s.embeddings.provider = EmbeddingProvider::Local;
         s.embeddings.path = Some(folder);
         let batch = s.embeddings.batch_size;
-        let e = embedder_from_settings(&s.embeddings, &s.llm)
+        let e = embed::from_settings(&s.embeddings, &s.llm)
             .unwrap()
             .unwrap();
         let (rate, p50, p99) = rt.block_on(async {

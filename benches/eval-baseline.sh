@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's answer-evaluation baseline: the quick start's model (Qwen2.5-Coder-0.5B-
+# The answer-evaluation baseline of docs/evaluation.md: the quick start's model (Qwen2.5-Coder-0.5B-
 # Instruct on llama.cpp's server) answers every question of the shipped golden sets, with
 # examples/knowledge ingested (BM25 + all-MiniLM-L6-v2 in process), and a larger local model
 # (Qwen2.5-Coder-1.5B-Instruct, on a second server) judges. Prints each set's summary table;

@@ -23,8 +23,8 @@ use std::path::PathBuf;
 
 use assist_gateway::app;
 use assist_gateway::config::Settings;
+use assist_gateway::embed::TextKind;
 use assist_gateway::eval::retrieval::load_dataset;
-use assist_gateway::llm::TextKind;
 use assist_gateway::retrieval::{Hit, Languages};
 
 /// Chunks asked of each language's search: enough to reach every chapter's best chunk.

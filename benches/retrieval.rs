@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use assist_gateway::config::{EmbeddingProvider, Settings};
-use assist_gateway::llm::embedder_from_settings;
+use assist_gateway::embed;
 use assist_gateway::retrieval::edge::EdgeStore;
 use assist_gateway::retrieval::hybrid::{Mode, Retriever};
 use assist_gateway::retrieval::lexical::TantivyIndex;
@@ -224,7 +224,7 @@ async fn bench() {
         let hnsw_secs = t.elapsed().as_secs_f64();
 
         let store: Arc<dyn VectorStore> = Arc::new(store);
-        let embedder = embedder_from_settings(&settings.embeddings, &settings.llm)
+        let embedder = embed::from_settings(&settings.embeddings, &settings.llm)
             .unwrap()
             .unwrap();
         let retriever = Retriever::new(

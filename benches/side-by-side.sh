@@ -7,14 +7,14 @@
 #      the package starts is stopped again (the benchmark starts its own, on a free port);
 #   2. installs litellm[proxy] (pinned: benches/litellm/requirements.txt) into its own cached venv,
 #      ~/.cache/assist-gateway/bench-venv (once; a change to the list reinstalls);
-#   3. builds the release gateway and the load generator (benches/side_by_side.rs);
+#   3. builds the release gateway and the load generator (benches/side_by_side/main.rs);
 #   4. runs it: scripted upstream in process, then direct / nginx / LiteLLM / gateway
 #      passthrough / gateway brunix one after another under the same load, each target
 #      pinned to one core and the load on the other (taskset; BENCH_PIN=off to share them),
 #      and prints one table and the ratios against nginx (stdout; progress on stderr).
 #
 # Steps 1 and 2 are skipped when BENCH_TARGETS leaves out nginx or litellm.
-# Scale it with the BENCH_* variables listed at the top of benches/side_by_side.rs, e.g.
+# Scale it with the BENCH_* variables listed at the top of benches/side_by_side/main.rs, e.g.
 #   BENCH_SECS=10 BENCH_STEP_SECS=3 benches/side-by-side.sh       longer, steadier runs
 #   BENCH_TARGETS=direct,nginx,passthrough benches/side-by-side.sh      only some rows
 # Everything runs on 127.0.0.1; Ctrl-C stops every process the run started.
@@ -25,7 +25,7 @@ cache="${ASSIST_CACHE:-$HOME/.cache/assist-gateway}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/target}"
 venv="${BENCH_VENV:-$cache/bench-venv}"
 req="$here/benches/litellm/requirements.txt"
-# The same default as benches/side_by_side.rs.
+# The same default as benches/side_by_side/main.rs.
 targets=",${BENCH_TARGETS:-direct,nginx,litellm,passthrough,brunix},"
 targets="${targets// /}"
 

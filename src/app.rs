@@ -8,10 +8,11 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 use crate::config::{ClassifierMode, Provider, ReformulatorMode, Settings};
+use crate::embed::{self, Embedder};
 use crate::http::AppState;
 use crate::ingest::layout::{IndexRoot, Live};
 use crate::ingest::{chunk::ChunkConfig, DenseSink, Ingestor, Progress, Summary};
-use crate::llm::{self, Embedder};
+use crate::llm;
 use crate::pipeline::classify::{Classifier, LlmClassifier, RulesClassifier};
 use crate::pipeline::prompts::Prompts;
 use crate::pipeline::reformulate::{LlmReformulator, Reformulator};
@@ -59,7 +60,7 @@ fn open_version(settings: &Settings, dir: &Path, writable: bool) -> anyhow::Resu
     } else {
         TantivyIndex::open_read_only(&lexical_dir)?
     };
-    let dense = match llm::embedder_from_settings(&settings.embeddings, &settings.llm)? {
+    let dense = match embed::from_settings(&settings.embeddings, &settings.llm)? {
         None => None,
         Some(embedder) => {
             let q = &settings.qdrant;
@@ -161,7 +162,7 @@ pub async fn ingest(
 pub fn build(mut settings: Settings) -> anyhow::Result<AppState> {
     fit_connections_to_open_files(&mut settings.server);
     // The embedding endpoints serve the model under its own name unless one is set.
-    settings.embeddings.model = llm::local::served_name(&settings.embeddings);
+    settings.embeddings.model = embed::served_name(&settings.embeddings);
     let Parts {
         pipeline,
         retriever,

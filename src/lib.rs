@@ -3,7 +3,8 @@
 //!
 //! - [`http`]: the two API dialects, rendering one event stream.
 //! - [`pipeline`]: what happens to a chat turn.
-//! - [`llm`]: the upstream model port (`ChatModel`) and its adapters.
+//! - [`llm`]: the upstream model port (`ChatModel`) and its adapters; [`embed`]: the
+//!   sentence embedders (`Embedder`) beside it.
 //! - [`context`]: editor context and the token budget; [`retrieval`]: the knowledge base.
 //! - [`sessions`]: conversation memory.
 //! - [`config`]: settings; [`app`]: wiring; [`telemetry`]: metrics.
@@ -11,6 +12,7 @@
 pub mod app;
 pub mod config;
 pub mod context;
+pub mod embed;
 pub mod error;
 pub mod eval;
 pub mod grpc;

@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc: the streaming path allocates per event, and glibc's malloc took about a
-/// sixth of the gateway's core under load (see README, "Benchmark against LiteLLM").
+/// sixth of the gateway's core under load (see docs/benchmarks.md, "Against LiteLLM and nginx").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -103,6 +103,25 @@ enum EvalCommand {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// Code completion (fill-in-the-middle) on masked spans through the assistant's
+    /// completion path: exact match and edit similarity with the prefix only, with the
+    /// suffix, and with the repository's context (the knowledge index).
+    Completions {
+        /// JSON lines: {"id", "kind", "prefix", "suffix", "middle"} (benches/completions/build.py).
+        #[arg(long, value_name = "FILE.jsonl")]
+        dataset: PathBuf,
+        /// Only the first N spans; 0 = all.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        limit: usize,
+        /// Most tokens of one middle.
+        #[arg(long, value_name = "N", default_value_t = 64)]
+        max_tokens: u32,
+        /// Also write the figures and every span's outcome as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
     /// Answers to golden questions through the real pipeline, scored by a judge model
     /// (RAGAS faithfulness, answer relevancy, context recall, context precision).
     Answers {
@@ -140,6 +159,9 @@ impl Command {
             }
             | Command::Eval {
                 what: EvalCommand::Turns { config, .. },
+            }
+            | Command::Eval {
+                what: EvalCommand::Completions { config, .. },
             } => config.as_deref(),
         }
     }
@@ -159,7 +181,8 @@ fn main() -> ExitCode {
         settings.log.level = "warn".into();
     }
     if let Command::Eval {
-        what: EvalCommand::Answers { .. } | EvalCommand::Turns { .. },
+        what:
+            EvalCommand::Answers { .. } | EvalCommand::Turns { .. } | EvalCommand::Completions { .. },
     } = cli.command
     {
         // The progress bar and the table are the output; RUST_LOG brings the stage logs back.
@@ -207,6 +230,16 @@ fn main() -> ExitCode {
             Command::Eval {
                 what: EvalCommand::Turns { dataset, json, .. },
             } => eval_turns(settings, dataset, json).await,
+            Command::Eval {
+                what:
+                    EvalCommand::Completions {
+                        dataset,
+                        limit,
+                        max_tokens,
+                        json,
+                        ..
+                    },
+            } => eval_completions(settings, dataset, limit, max_tokens, json).await,
             Command::Eval {
                 what:
                     EvalCommand::Answers {
@@ -396,6 +429,48 @@ async fn eval_turns(
     print!("{}", table(&figures, &outcomes));
     if let Some(path) = json {
         let both = serde_json::json!({"figures": figures, "turns": outcomes});
+        std::fs::write(&path, serde_json::to_vec_pretty(&both)?)?;
+    }
+    Ok(())
+}
+
+async fn eval_completions(
+    settings: Settings,
+    dataset: PathBuf,
+    limit: usize,
+    max_tokens: u32,
+    json: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    use assist_gateway::eval::completions::{evaluate, load_dataset, summarize, table};
+    let mut spans = load_dataset(&dataset)?;
+    if limit > 0 {
+        spans.truncate(limit);
+    }
+    // The repository search gets a second rather than the served path's few milliseconds:
+    // the evaluation measures what the context adds, not whether a loaded machine meets
+    // the deadline.
+    let mut with = settings.clone();
+    with.completion.deadline_ms = with.completion.deadline_ms.max(1000);
+    let mut plain = settings.clone();
+    plain.completion.context_tokens = 0;
+    let with = assist_gateway::app::pipeline(&with, false)?;
+    let plain = assist_gateway::app::pipeline(&plain, false)?;
+    let total = spans.len();
+    let progress = |done: usize| eprint!("\r{done} / {total} spans");
+    let outcomes = evaluate(
+        &plain.pipeline,
+        &with.pipeline,
+        &settings.assistant.model,
+        &spans,
+        max_tokens,
+        &progress,
+    )
+    .await?;
+    eprintln!();
+    let figures = summarize(&outcomes);
+    print!("{}", table(&figures));
+    if let Some(path) = json {
+        let both = serde_json::json!({"figures": figures, "spans": outcomes});
         std::fs::write(&path, serde_json::to_vec_pretty(&both)?)?;
     }
     Ok(())

@@ -226,6 +226,12 @@ pub fn key_usage(key: &str, model: &str, error: bool, input_tokens: u64, output_
         .increment(output_tokens);
 }
 
+/// A completion request answered from the recent completions (`hit`), or sent upstream.
+pub fn completion_cache(hit: bool) {
+    metrics::counter!("assist_completion_cache_total", "result" => if hit { "hit" } else { "miss" })
+        .increment(1);
+}
+
 /// A search whose dense half missed `retrieval.deadline_ms`.
 pub fn retrieval_deadline() {
     metrics::counter!("assist_retrieval_deadline_total").increment(1);

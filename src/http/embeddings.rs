@@ -15,8 +15,8 @@ use super::body::{self, OneOrMany};
 use super::dialect::{ApiError, Ollama, OpenAi};
 use super::AppState;
 use crate::config::ServerSettings;
+use crate::embed::TextKind;
 use crate::error::GatewayError;
-use crate::llm::TextKind;
 use crate::serve::bounds::{check_count, check_length};
 
 #[derive(Deserialize)]

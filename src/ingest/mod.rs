@@ -19,7 +19,7 @@ use globset::GlobSet;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::llm::{Embedder, TextKind};
+use crate::embed::{Embedder, TextKind};
 use crate::privacy::{self, Cleaned, Privacy};
 use crate::retrieval::{KnowledgeChunk, LexicalIndex, VectorPoint, VectorStore};
 use chunk::ChunkConfig;

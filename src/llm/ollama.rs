@@ -6,9 +6,8 @@ use serde_json::{json, Map, Value};
 
 use super::http::{error_in_json, Upstream, MAX_SMALL_REPLY};
 use super::{
-    embed_in_batches, ChatModel, Chunk, ChunkStream, Embedder, FinishReason, GenParams, Input,
-    Message, ModelCard, Role, TextKind, ToolCall, UpstreamError, UpstreamErrorKind, UpstreamModel,
-    UpstreamRequest, Usage,
+    ChatModel, Chunk, ChunkStream, FinishReason, GenParams, Input, Message, ModelCard, Role,
+    ToolCall, UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamRequest, Usage,
 };
 
 pub struct OllamaChat {
@@ -265,52 +264,6 @@ impl ChatModel for OllamaChat {
                 .unwrap_or_default(),
             model_info,
         })
-    }
-}
-
-/// Ollama's `/api/embed`.
-pub struct OllamaEmbedder {
-    up: Upstream,
-    model: String,
-    batch: usize,
-}
-
-impl OllamaEmbedder {
-    pub(crate) fn new(up: Upstream, model: &str, batch: usize) -> Self {
-        Self {
-            up,
-            model: model.to_string(),
-            batch,
-        }
-    }
-}
-
-#[async_trait]
-impl Embedder for OllamaEmbedder {
-    fn describe(&self) -> String {
-        format!("ollama {} at {}", self.model, self.up.shown())
-    }
-
-    async fn embed(&self, texts: &[String], _: TextKind) -> Result<Vec<Vec<f32>>, UpstreamError> {
-        embed_in_batches(texts, self.batch, |input| async move {
-            let body = json!({"model": self.model, "input": input});
-            let response = self.up.send(self.up.post_json("/api/embed", &body)).await?;
-            let v = self
-                .up
-                .json(
-                    response,
-                    self.up.max_line_bytes(),
-                    self.up.first_byte_timeout(),
-                )
-                .await?;
-            serde_json::from_value(v["embeddings"].clone()).map_err(|e| {
-                self.up.error(
-                    UpstreamErrorKind::Protocol,
-                    format!("embeddings in an unexpected shape: {e}"),
-                )
-            })
-        })
-        .await
     }
 }
 

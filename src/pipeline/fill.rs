@@ -172,6 +172,17 @@ pub struct Ender {
     /// The cursor is inside a line, or after a statement's start that opens no block:
     /// one line only.
     single_line: bool,
+    /// Several lines: the indentation of the cursor's line before the cursor, in
+    /// columns; the block the middle writes ends at a line indented less than its first.
+    indent: usize,
+}
+
+/// Columns of a line's leading blanks (a tab counts as four).
+fn indentation(line: &str) -> usize {
+    line.chars()
+        .take_while(|c| c.is_whitespace())
+        .map(|c| if c == '\t' { 4 } else { 1 })
+        .sum()
 }
 
 impl Ender {
@@ -180,10 +191,19 @@ impl Ender {
         let line_before = prefix.rsplit('\n').next().unwrap_or_default();
         // One line when the cursor is inside a line, or after the start of a statement
         // that does not open a block (as continue decides): `return width * ` wants the
-        // rest of its line; `def f():` or `{` may want a body.
-        let opens_block = line_before.trim_end().ends_with(['{', ':', '(', '[']);
-        let single_line =
-            !line_before.trim().is_empty() && (!rest_of_line.trim().is_empty() || !opens_block);
+        // rest of its line; `def f():` or `{` may want a body. At the start of a line the
+        // line above decides: a body after one that opens a block, else one statement.
+        let opens_block = |line: &str| line.trim_end().ends_with(['{', ':', '(', '[']);
+        let single_line = if line_before.trim().is_empty() {
+            let above = prefix[..prefix.len() - line_before.len()]
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty());
+            // (What follows the cursor there is the line's own code, moved on by the middle.)
+            above.is_some_and(|l| !opens_block(l))
+        } else {
+            !rest_of_line.trim().is_empty() || !opens_block(line_before)
+        };
         let suffix_line = suffix
             .lines()
             // Inside a line the suffix's first line is the rest of the cursor's line;
@@ -197,7 +217,29 @@ impl Ender {
             stops: template.stops(),
             suffix_line,
             single_line,
+            indent: indentation(line_before),
         }
+    }
+
+    /// Where a middle of several lines has ended by its own shape: at its first blank
+    /// line (what follows is another statement the user did not ask for), or at a line
+    /// indented less than its first (the block it was writing has closed).
+    fn shape_end(&self, text: &str) -> Option<usize> {
+        let mut at = 0;
+        let mut block: Option<usize> = None;
+        for line in text.split_inclusive('\n') {
+            let written = !line.trim().is_empty();
+            match block {
+                // The middle's first line continues the cursor's.
+                None if written => block = Some(self.indent + indentation(line)),
+                None => {}
+                Some(_) if !written && line.ends_with('\n') => return Some(at),
+                Some(level) if written && indentation(line) < level => return Some(at),
+                Some(_) => {}
+            }
+            at += line.len();
+        }
+        None
     }
 
     /// Where `text` (the middle so far) ends, if it has ended.
@@ -207,6 +249,8 @@ impl Ender {
             if let Some(nl) = text.find('\n') {
                 end = Some(end.map_or(nl, |e| e.min(nl)));
             }
+        } else if let Some(shape) = self.shape_end(text) {
+            end = Some(end.map_or(shape, |e| e.min(shape)));
         }
         if self.suffix_line.chars().count() >= 3 {
             let mut at = 0;
@@ -238,6 +282,10 @@ impl Ender {
         let line_start = text.rfind('\n').map_or(0, |i| i + 1);
         let current = text[line_start..].trim_start();
         if !self.suffix_line.is_empty() && self.suffix_line.starts_with(current) {
+            keep = keep.min(line_start);
+        }
+        // Blanks starting a line may yet turn into a blank line or a closed block.
+        if !self.single_line && line_start > 0 && current.is_empty() {
             keep = keep.min(line_start);
         }
         keep
@@ -409,6 +457,21 @@ mod tests {
         assert_eq!(
             e.safe("    total = a * 2\n    ret"),
             "    total = a * 2\n".len()
+        );
+        // At a line's start after a statement: that statement's next one, one line.
+        let e = Ender::new(Template::Qwen, "x = 1\n", "\nprint(x)\n");
+        assert_eq!(e.end("y = 2\nz = 3\n"), Some(5));
+        // Several lines end with the block they write, or at a blank line.
+        let e = Ender::new(Template::Qwen, "def f(a):\n", "");
+        let body = "    if a:\n        return 1\n    return 2\n";
+        assert_eq!(e.end(&format!("{body}print(f(1))\n")), Some(body.len()));
+        assert_eq!(e.end(&format!("{body}\n    x = 3\n")), Some(body.len()));
+        assert_eq!(e.end(body), None);
+        assert_eq!(e.safe(&format!("{body}   ")), body.len());
+        let e = Ender::new(Template::Qwen, "if ready:\n    ", "\n");
+        assert_eq!(
+            e.end("go()\n    wait()\nstop()\n"),
+            Some("go()\n    wait()\n".len())
         );
         // End tokens, also split across pieces.
         assert_eq!(e.end("x = 1<|endoftext|>junk"), Some(5));

@@ -1,6 +1,7 @@
 //! Turning the user's message into the search query.
 //!
-//! `off` searches the message as asked; `llm` has the upstream model rewrite it for the
+//! `off` searches the message as asked (a follow-up with its subject from the
+//! conversation); `llm` adds the upstream model's rewrite to that query, written for the
 //! kind of question (compressed for RETRIEVAL, mapped to the knowledge base's commands for
 //! CODE_GENERATION; CONVERSATIONAL is never rewritten). Either way the query stays in the
 //! user's language, and when the message is about the selected code the search is anchored
@@ -70,8 +71,15 @@ impl Reformulator {
             Reformulator::Off => without_model(query, history, selection),
             Reformulator::Llm(model) => {
                 match model.rewrite(query, query_type, history, selection).await {
+                    // The rewrite adds to the query built without a model, never replaces
+                    // it: on the Debian follow-ups a small model's rewrite alone found a
+                    // relevant file for 0.464 of follow-ups and 0.602 of self-contained
+                    // questions, against 0.862 for both without it.
                     Ok(rewritten) => Reformulation {
-                        query: rewritten,
+                        query: format!(
+                            "{}\n{rewritten}",
+                            without_model(query, history, selection).query
+                        ),
                         anchored: selection.is_some(),
                         by: "llm",
                     },

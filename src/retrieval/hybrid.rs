@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use super::fusion::{rrf, Ranked};
 use super::{DocType, Hit, KnowledgeChunk, Lang, Languages, LexicalIndex, VectorStore};
 use crate::config::RetrievalSettings;
-use crate::llm::{Embedder, TextKind};
+use crate::embed::{Embedder, TextKind};
 use crate::telemetry;
 use crate::trace::TARGET as SPANS;
 use tracing::field::Empty;
@@ -341,7 +341,7 @@ impl Retriever {
         let crosses = reads_query && self.embed_langs.iter().any(|l| *l != lang);
         let cross_offset = crosses.then_some(self.settings.cross_language_offset);
         // BM25 reads only the question's own words; how much it adds beside a dense list
-        // that reads the question's language was measured per language (README).
+        // that reads the question's language was measured per language (docs/knowledge.md).
         let by_language = &self.settings.bm25_weight_by_language;
         let lexical = match lang {
             Lang::En => by_language.en,

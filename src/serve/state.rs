@@ -4,7 +4,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use crate::config::Settings;
-use crate::llm::Embedder;
+use crate::embed::Embedder;
 use crate::pipeline::Pipeline;
 use crate::retrieval::hybrid::Retriever;
 use crate::serve::access::{Keys, Limits};

@@ -121,6 +121,128 @@ async fn ollama_show_says_the_assistant_fills_in_the_middle() {
     );
 }
 
+/// The upstream's completion requests so far.
+fn fills(up: &ScriptedUpstream) -> usize {
+    up.requests()
+        .iter()
+        .filter(|r| r.path.contains("generate") || r.path.contains("completions"))
+        .count()
+}
+
+/// The same completion asked again (the user came back to the same place) is answered
+/// from the middle written the first time, without the upstream; for the same caller
+/// only, and not a middle cut by max_tokens.
+#[tokio::test]
+async fn the_same_completion_again_is_answered_at_once() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        qwen(s);
+        s.server.api_keys = vec!["key-a".into(), "key-b".into()];
+    })
+    .await;
+    let ask = |key: &'static str, suffix: &'static str| {
+        let url = gw.url("/api/generate");
+        async move {
+            let r = client()
+                .post(url)
+                .bearer_auth(key)
+                .json(&json!({"model": "brunix", "stream": false,
+                    "prompt": "def double(a):\n", "suffix": suffix}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()["response"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    up.set_default(Reply::tokens(&[
+        "    total = a * 2\n",
+        "    return total\n",
+    ]));
+    assert_eq!(
+        ask("key-a", "    return total\n").await,
+        "    total = a * 2\n"
+    );
+    assert_eq!(fills(&up), 1);
+    assert_eq!(
+        ask("key-a", "    return total\n").await,
+        "    total = a * 2\n"
+    );
+    assert_eq!(fills(&up), 1, "asked the upstream again");
+    // Another caller, or another place, is another request.
+    ask("key-b", "    return total\n").await;
+    assert_eq!(fills(&up), 2);
+    ask("key-a", "    return 2 * a\n").await;
+    assert_eq!(fills(&up), 3);
+}
+
+/// The example continue config's autocomplete models, as written (only the gateway's
+/// address changed), each asked for a completion the way continue asks its provider.
+#[tokio::test]
+async fn the_example_continue_config_autocompletes_with_both_providers() {
+    let config = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/continue-config.yaml"),
+    )
+    .unwrap();
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, qwen).await;
+    let mut providers = Vec::new();
+    for model in config.split("\n  - name: ").skip(1) {
+        if !model.contains("roles: [autocomplete]") {
+            continue;
+        }
+        let field = |name: &str| {
+            model
+                .lines()
+                .find_map(|l| l.trim().strip_prefix(name))
+                .unwrap_or_else(|| panic!("no {name} in {model}"))
+                .split('#')
+                .next()
+                .unwrap()
+                .trim()
+                .to_string()
+        };
+        let (provider, base) = (field("provider: "), field("apiBase: "));
+        assert_eq!(field("model: "), "brunix");
+        let base = base.replace("http://127.0.0.1:8080", &gw.url(""));
+        up.push(Reply::tokens(&[
+            "    total = a * 2\n",
+            "    return total\n",
+        ]));
+        let (url, body) = match provider.as_str() {
+            "ollama" => (
+                format!("{base}/api/generate"),
+                json!({"model": "brunix", "prompt": "def double(a):\n",
+                    "suffix": "    return total\n", "stream": true,
+                    "options": {"temperature": 0.01, "num_predict": 256}}),
+            ),
+            "openai" => (
+                format!("{base}/completions"),
+                json!({"model": "brunix", "prompt": "def double(a):\n",
+                    "suffix": "    return total\n", "stream": true, "max_tokens": 256}),
+            ),
+            other => panic!("an autocomplete provider the test does not know: {other}"),
+        };
+        let (status, _, text) = post(&url, body).await;
+        assert_eq!(status, 200, "{provider}: {text}");
+        assert!(text.contains("total = a * 2"), "{provider}: {text}");
+        assert!(!text.contains("return total"), "{provider}: {text}");
+        assert!(
+            up.last_request().body["prompt"]
+                .as_str()
+                .unwrap()
+                .starts_with("<|fim_prefix|>"),
+            "{provider}"
+        );
+        providers.push(provider);
+    }
+    providers.sort();
+    assert_eq!(providers, ["ollama", "openai"]);
+}
+
 #[tokio::test]
 async fn an_abandoned_completion_stops_the_upstream() {
     let up = ScriptedUpstream::start().await;

@@ -3,7 +3,7 @@
 //! (camelCase key, disabled items, duplicates, categories with their metadata), the
 //! editor's diagnostics, recent edits and cursor, continue's problems and diff blocks,
 //! limits and switches, the items a follow-up remembers, and a deadline for gathering
-//! context when the embedder hangs. The README's examples run as written.
+//! context when the embedder hangs. The examples of docs/assistant.md run as written.
 
 use std::time::{Duration, Instant};
 
@@ -13,16 +13,16 @@ use serde_json::{json, Value};
 
 use crate::support::*;
 
-/// The JSON body of the README's example `name` (its curl heredoc).
-fn readme_example(name: &str) -> Value {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let body = readme
+/// The JSON body of docs/assistant.md's example `name` (its curl heredoc).
+fn doc_example(name: &str) -> Value {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/assistant.md"))
+        .expect("docs/assistant.md");
+    let body = doc
         .split(&format!("<!-- example: {name} -->"))
         .nth(1)
         .and_then(|rest| rest.split("<<'EOF'\n").nth(1))
         .and_then(|rest| rest.split("\nEOF").next())
-        .unwrap_or_else(|| panic!("README has the {name} example"));
+        .unwrap_or_else(|| panic!("docs/assistant.md has the {name} example"));
     serde_json::from_str(body).unwrap_or_else(|e| panic!("the {name} example is JSON: {e}"))
 }
 
@@ -45,7 +45,7 @@ fn position(text: &str, needle: &str) -> usize {
 async fn gitlab_items_disabled_duplicate_and_metadata_only() {
     let up = ScriptedUpstream::start().await;
     let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
-    let body = readme_example("gitlab-items");
+    let body = doc_example("gitlab-items");
     let answer = ask(&gw, "/v1/chat/completions", &body).await;
     let prompt = prompt_text(&up.last_request());
     // The disabled item never reaches the model; the duplicate comes once.
@@ -146,7 +146,7 @@ async fn each_category_has_its_own_section_in_priority_order() {
 async fn diagnostics_at_the_cursor_rank_with_the_selection_and_edits_come_too() {
     let up = ScriptedUpstream::start().await;
     let gw = Gateway::with_knowledge(&up, Provider::Ollama, |_| {}).await;
-    let body = readme_example("user-diagnostics");
+    let body = doc_example("user-diagnostics");
     ask(&gw, "/v1/chat/completions", &body).await;
     let prompt = prompt_text(&up.last_request());
     let near = position(
@@ -198,7 +198,7 @@ async fn diagnostics_at_the_cursor_rank_with_the_selection_and_edits_come_too() 
 async fn continue_problems_and_diff_blocks_arrive_once() {
     let up = ScriptedUpstream::start().await;
     let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
-    let body = readme_example("continue-problems");
+    let body = doc_example("continue-problems");
     let answer = ask(&gw, "/v1/chat/completions", &body).await;
     assert!(
         answer.get("context_items").is_none(),

@@ -4,7 +4,7 @@
 
 use crate::support::*;
 use assist_gateway::config::{EmbeddingProvider, Settings};
-use assist_gateway::llm::{embedder_from_settings, Embedder, TextKind};
+use assist_gateway::embed::{self, Embedder, TextKind};
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
@@ -30,7 +30,7 @@ fn local(path: &str) -> std::sync::Arc<dyn Embedder> {
     s.embeddings.provider = EmbeddingProvider::Local;
     s.embeddings.path = Some(path.to_string().into());
     s.embeddings.batch_size = 4;
-    embedder_from_settings(&s.embeddings, &s.llm)
+    embed::from_settings(&s.embeddings, &s.llm)
         .unwrap()
         .unwrap()
 }
@@ -92,7 +92,7 @@ async fn http_embedders_keep_order_across_batches() {
             _ => up.root(),
         });
         s.embeddings.batch_size = 2;
-        let e = embedder_from_settings(&s.embeddings, &s.llm)
+        let e = embed::from_settings(&s.embeddings, &s.llm)
             .unwrap()
             .unwrap();
         let texts: Vec<String> = ["alpha", "beta", "gamma", "alpha"]
@@ -117,7 +117,7 @@ async fn embedder_errors_name_the_server() {
     let mut s = Settings::load_without_env(None).unwrap();
     s.embeddings.provider = EmbeddingProvider::Ollama;
     s.embeddings.base_url = Some(url.clone());
-    let e = embedder_from_settings(&s.embeddings, &s.llm)
+    let e = embed::from_settings(&s.embeddings, &s.llm)
         .unwrap()
         .unwrap();
     let err = e

@@ -1,7 +1,7 @@
 //! Every input of the fuzz corpus (`fuzz/corpus/TARGET`: seeds shaped like what real
 //! clients send) and every crash input kept after its fix (`fuzz/regressions/TARGET`),
 //! through the very checks the fuzz targets run (`fuzz/targets.rs`), as ordinary tests:
-//! no instrumented build. Fuzzing campaigns run apart (`scripts/fuzz.sh`, README).
+//! no instrumented build. Fuzzing campaigns run apart (`scripts/fuzz.sh`, docs/development.md).
 
 use std::path::Path;
 

@@ -146,7 +146,7 @@ fn asked_with<'a>(chats: &'a [Recorded], question: &str) -> &'a Recorded {
         .unwrap_or_else(|| panic!("no upstream request asked {question:?}"))
 }
 
-/// The README's grpcurl-style examples with `examples/grpc_call.py`, as written there.
+/// The grpcurl-style examples of docs/clients.md with `examples/grpc_call.py`, as written there.
 #[tokio::test]
 async fn the_readme_grpc_examples_run_as_written() {
     let Some(python) = python_for("the Python client tests") else {

@@ -463,14 +463,14 @@ async fn a_missing_index_is_reported_never_replaced_silently() {
 struct FixedQuery(Vec<f32>);
 
 #[async_trait::async_trait]
-impl assist_gateway::llm::Embedder for FixedQuery {
+impl assist_gateway::embed::Embedder for FixedQuery {
     fn describe(&self) -> String {
         "fixed query vector".into()
     }
     async fn embed(
         &self,
         texts: &[String],
-        _kind: assist_gateway::llm::TextKind,
+        _kind: assist_gateway::embed::TextKind,
     ) -> Result<Vec<Vec<f32>>, assist_gateway::llm::UpstreamError> {
         Ok(texts.iter().map(|_| self.0.clone()).collect())
     }
@@ -517,7 +517,7 @@ impl Placed {
 
     async fn files_found_by(
         &self,
-        embedder: Arc<dyn assist_gateway::llm::Embedder>,
+        embedder: Arc<dyn assist_gateway::embed::Embedder>,
         question: &str,
         settings: RetrievalSettings,
         langs: Vec<Lang>,
@@ -660,14 +660,14 @@ async fn bm25_counts_less_for_spanish_questions_so_an_english_answer_is_not_buri
 struct Down;
 
 #[async_trait::async_trait]
-impl assist_gateway::llm::Embedder for Down {
+impl assist_gateway::embed::Embedder for Down {
     fn describe(&self) -> String {
         "unreachable embedder".into()
     }
     async fn embed(
         &self,
         _texts: &[String],
-        _kind: assist_gateway::llm::TextKind,
+        _kind: assist_gateway::embed::TextKind,
     ) -> Result<Vec<Vec<f32>>, assist_gateway::llm::UpstreamError> {
         Err(assist_gateway::llm::UpstreamError::new(
             assist_gateway::llm::UpstreamErrorKind::Unreachable,

@@ -76,7 +76,7 @@ async fn a_session_id_under_another_key_is_another_conversation() {
     );
 }
 
-/// Without keys every caller shares one namespace (the README says so).
+/// Without keys every caller shares one namespace (docs/security.md says so).
 #[tokio::test]
 async fn without_keys_one_namespace_is_shared() {
     let up = ScriptedUpstream::start().await;

@@ -18,10 +18,9 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::context::EditorContext;
+use crate::embed::{Embedder, TextKind};
 use crate::error::GatewayError;
-use crate::llm::{
-    Embedder, GenParams, Input, Message, Role, TextKind, UpstreamError, UpstreamRequest,
-};
+use crate::llm::{GenParams, Input, Message, Role, UpstreamError, UpstreamRequest};
 use crate::pipeline::{ChatTurn, Pipeline, Source};
 use judge::{Judge, JudgeStats, Judged};
 

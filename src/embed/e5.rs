@@ -23,9 +23,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::local::{embed_on_cpu, passes, CpuRuns};
+use super::cpu::{embed_on_cpu, passes, CpuRuns};
 use super::unigram::Unigram;
-use super::{Embedder, TextKind, UpstreamError};
+use super::{Embedder, TextKind};
+use crate::llm::UpstreamError;
 use anyhow::{anyhow, bail, Context};
 use async_trait::async_trait;
 use candle_core::quantized::{ggml_file::qtensor_from_ggml, GgmlDType, QMatMul};
@@ -629,7 +630,7 @@ mod tests {
         };
         read_header(&mut c, file).unwrap();
         let vocab = read_vocab(&mut c).unwrap();
-        let theirs = crate::llm::unigram::tests::crate_tokenizer(&vocab.pieces, vocab.unk);
+        let theirs = crate::embed::unigram::tests::crate_tokenizer(&vocab.pieces, vocab.unk);
         let ours = Unigram::new(vocab.pieces.clone(), vocab.unk).unwrap();
 
         let mut texts: Vec<String> = [

@@ -4,7 +4,6 @@
 //! downloaded: the folder must hold `config.json`, `tokenizer.json` and
 //! `model.safetensors`.
 
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -15,17 +14,13 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
 use tokenizers::{Tokenizer, TruncationParams};
 
-use super::{embed_in_batches, Embedder, TextKind, UpstreamError, UpstreamErrorKind};
-use crate::config::{EmbeddingProvider, EmbeddingSettings};
+use super::cpu::{embed_on_cpu, passes, CpuRuns};
+use super::{Embedder, TextKind};
+use crate::llm::UpstreamError;
 
 /// sentence-transformers truncates these models at 256 tokens.
 const MAX_TOKENS: usize = 256;
 const REQUIRED: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
-/// One forward pass of an in-process model holds at most this many tokens (texts × padded
-/// length) and this many attention scores (texts × heads × length²): its activations stay
-/// within a few tens of MiB however long a batch's texts are.
-const TOKEN_BUDGET: usize = 4096;
-const SCORE_BUDGET: usize = 4 << 20;
 
 struct Model {
     bert: BertModel,
@@ -122,20 +117,6 @@ pub fn model_name(folder: &Path) -> String {
         .or_else(|| folder.file_name().map(|n| n.to_string_lossy().into_owned()))
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| "local".to_string())
-}
-
-/// The name the embedding endpoints serve the configured model under: `embeddings.model`
-/// when it is set; for the local embedder otherwise the model's own name.
-pub fn served_name(settings: &EmbeddingSettings) -> String {
-    match (&settings.provider, &settings.path) {
-        (EmbeddingProvider::Local, Some(path)) if !settings.model_is_set() => {
-            match super::e5::model_file(path) {
-                Some(_) => super::e5::MODEL_NAME.to_string(),
-                None => model_name(path),
-            }
-        }
-        _ => settings.model.clone(),
-    }
 }
 
 /// The first top-level heading of the model card, when it looks like a model's name.
@@ -238,27 +219,6 @@ impl Model {
     }
 }
 
-/// The forward passes a batch of texts takes, as runs of `lengths` (sorted, shortest
-/// first; in tokens) padded to their longest: as many texts as the budgets allow; a text
-/// over them alone.
-pub(super) fn passes(lengths: &[usize], heads: usize) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    while start < lengths.len() {
-        let mut end = start + 1;
-        while let Some(&len) = lengths.get(end) {
-            let texts = end + 1 - start;
-            if texts * len > TOKEN_BUDGET || texts * heads * len * len > SCORE_BUDGET {
-                break;
-            }
-            end += 1;
-        }
-        out.push(start..end);
-        start = end;
-    }
-    out
-}
-
 #[async_trait]
 impl Embedder for LocalEmbedder {
     fn describe(&self) -> String {
@@ -273,53 +233,6 @@ impl Embedder for LocalEmbedder {
         })
         .await
     }
-}
-
-/// The run slots of a model computed in process: one batch at a time per core, since its
-/// matrix work is CPU-bound.
-#[derive(Clone)]
-pub(super) struct CpuRuns(Arc<tokio::sync::Semaphore>);
-
-impl CpuRuns {
-    pub(super) fn per_core() -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self(Arc::new(tokio::sync::Semaphore::new(cores)))
-    }
-}
-
-/// Embeds batch by batch, each on a blocking thread holding one of the model's run slots
-/// until it ends: a request dropped mid-way stops before its next batch, and the one
-/// already running still counts against the CPU the model may take.
-pub(super) async fn embed_on_cpu<F>(
-    texts: &[String],
-    batch: usize,
-    runs: &CpuRuns,
-    embed: F,
-) -> Result<Vec<Vec<f32>>, UpstreamError>
-where
-    F: Fn(Vec<String>) -> anyhow::Result<Vec<Vec<f32>>> + Clone + Send + 'static,
-{
-    embed_in_batches(texts, batch, |part| {
-        let runs = runs.0.clone();
-        let embed = embed.clone();
-        async move {
-            let failed =
-                |e: String| UpstreamError::new(UpstreamErrorKind::Stream, "local embedder", e);
-            let run = runs
-                .acquire_owned()
-                .await
-                .map_err(|e| failed(e.to_string()))?;
-            tokio::task::spawn_blocking(move || {
-                let _run = run;
-                embed(part)
-            })
-            .await
-            .map_err(|e| anyhow!("the embedding task failed: {e}"))
-            .and_then(|r| r)
-            .map_err(|e| failed(format!("{e:#}")))
-        }
-    })
-    .await
 }
 
 #[cfg(test)]
@@ -356,25 +269,6 @@ mod tests {
         std::fs::create_dir_all(&snapshot).unwrap();
         assert_eq!(model_name(&snapshot), "all-mpnet-base-v2");
         assert_eq!(model_name(Path::new("/")), "local");
-    }
-
-    #[test]
-    fn long_texts_take_their_forward_passes_a_few_at_a_time() {
-        // 32 texts of 256 tokens (a batch of MiniLM's longest): with 12 heads, all at once
-        // would hold 32 × 12 × 256² scores (400 MB of f32) per attention product.
-        let long = passes(&[256; 32], 12);
-        assert!(long.len() > 1);
-        for pass in &long {
-            let texts = pass.len();
-            assert!(texts * 256 <= TOKEN_BUDGET && texts * 12 * 256 * 256 <= SCORE_BUDGET);
-        }
-        // Every text once, in order.
-        let covered: Vec<usize> = long.iter().flat_map(|p| p.clone()).collect();
-        assert_eq!(covered, (0..32).collect::<Vec<_>>());
-        // Short texts run together; one over the budgets runs alone.
-        assert_eq!(passes(&[8; 64], 12), vec![0..64]);
-        assert_eq!(passes(&[4, 9000], 12), vec![0..1, 1..2]);
-        assert!(passes(&[], 12).is_empty());
     }
 
     #[test]

@@ -1,0 +1,254 @@
+//! The table: throughput under each p99 bound, latencies against the baseline, and every
+//! row against nginx's.
+
+use super::*;
+
+/// 16840.4 → "16,840".
+pub(crate) fn thousands(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".to_string();
+    }
+    let digits = (v.round() as u64).to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The highest ladder rate such that it and every lower step were reached with p99 ≤ bound.
+pub(crate) fn max_rate(row: &Row, bound_ms: f64) -> Option<f64> {
+    row.ladder
+        .iter()
+        .take_while(|s| s.reached() && s.p(0.99) <= bound_ms)
+        .last()
+        .map(|s| s.offered)
+}
+
+pub(crate) fn added(target: f64, base: Option<f64>) -> String {
+    match base {
+        Some(b) => format!("{:.2}", target - b),
+        None => format!("{target:.2}"),
+    }
+}
+
+/// "added p50 / p99" at a fixed rate, or why there is none.
+pub(crate) fn latency_cell(step: &Step, base: Option<&Step>, is_base: bool, ttft: bool) -> String {
+    let (p50, p99) = if ttft {
+        (step.ttft(0.5), step.ttft(0.99))
+    } else {
+        (step.p(0.5), step.p(0.99))
+    };
+    if !step.reached() {
+        return format!(
+            "unreachable ({:.0} req/s achieved, {} failed)",
+            step.achieved,
+            step.errors + step.shed
+        );
+    }
+    if is_base {
+        return format!("({p50:.2} / {p99:.2})");
+    }
+    let base_of = |q: f64| {
+        base.filter(|b| b.reached())
+            .map(|b| if ttft { b.ttft(q) } else { b.p(q) })
+    };
+    format!(
+        "{} / {}",
+        added(p50, base_of(0.5)),
+        added(p99, base_of(0.99))
+    )
+}
+
+/// Every row against nginx's: throughput as a ratio, p50 at a fixed rate as a difference.
+pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[String]) {
+    let Some(floor) = rows.iter().find(|r| r.name == "nginx") else {
+        println!();
+        println!("No nginx row (BENCH_TARGETS): no ratios against it.");
+        return;
+    };
+    let bound = knobs.bounds_ms.iter().cloned().fold(0.0, f64::max);
+    let ratio = |v: Option<f64>, base: Option<f64>| match (v, base) {
+        (Some(v), Some(b)) => format!("{} ({:.2}×)", thousands(v), v / b),
+        (Some(v), None) => thousands(v),
+        (None, _) => "failures".to_string(),
+    };
+    // The ladder's top step met, as a number ("≥" is said in the cell).
+    let ladder = |row: &Row| -> (Option<f64>, bool) {
+        let ceiling = row
+            .ladder
+            .last()
+            .is_some_and(|s| s.reached() && s.p(0.99) <= bound);
+        (max_rate(row, bound), ceiling)
+    };
+    let p50_diff = |step: &Step, base: &Step| -> String {
+        if !step.reached() {
+            return format!("unreachable ({:.0} req/s achieved)", step.achieved);
+        }
+        if !base.reached() {
+            return format!("({:.2}; nginx's unreachable)", step.p(0.5));
+        }
+        format!("{:+.2}", step.p(0.5) - base.p(0.5))
+    };
+    println!();
+    println!(
+        "Against nginx: throughput and its ratio to nginx's (×); p50 latency minus nginx's at the same rate, ms (nginx row: its own p50, in brackets). \
+         Closed-loop columns: whole answers per second with c clients, each sending its next request when its answer is complete ({} s counted each). \
+         The ladder column is the open-loop \"max req/s @ p99 ≤ {bound} ms\" above.",
+        knobs.secs
+    );
+    println!();
+    println!(
+        "| target | {} | max req/s @ p99 ≤ {bound} ms (ladder) | p50 − nginx's @ 100 req/s | p50 − nginx's @ 1,000 req/s |",
+        closed_heads.join(" | ")
+    );
+    println!("|---|{}---:|---:|---:|", "---:|".repeat(closed_heads.len()));
+    let floor_closed: Vec<Option<f64>> = std::iter::once(&floor.closed)
+        .chain(&floor.streams)
+        .map(Closed::clean_rate)
+        .collect();
+    let (floor_ladder, _) = ladder(floor);
+    for row in rows {
+        let closed: Vec<String> = std::iter::once(&row.closed)
+            .chain(&row.streams)
+            .zip(&floor_closed)
+            .map(|(c, base)| ratio(c.clean_rate(), *base))
+            .collect();
+        let (max, ceiling) = ladder(row);
+        let ladder_cell = match max {
+            Some(_) => format!(
+                "{}{}",
+                if ceiling { "≥ " } else { "" },
+                ratio(max, floor_ladder)
+            ),
+            None => "none".to_string(),
+        };
+        let (at100, at1000) = if row.name == floor.name {
+            (
+                format!("({:.2})", row.at100.p(0.5)),
+                format!("({:.2})", row.at1000.p(0.5)),
+            )
+        } else {
+            (
+                p50_diff(&row.at100, &floor.at100),
+                p50_diff(&row.at1000, &floor.at1000),
+            )
+        };
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            row.name,
+            closed.join(" | "),
+            ladder_cell,
+            at100,
+            at1000
+        );
+    }
+}
+
+pub(crate) fn mem_total_gib() -> f64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0 / 1024.0)
+}
+
+/// A process's CPU time so far (user + system, all threads), in clock ticks.
+pub(crate) fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command's name (in parentheses, which may hold spaces): fields 3 on.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`; 100 on Linux).
+pub(crate) fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// Each traced row against the same target untraced, in the same run: throughput as a
+/// ratio (1.00× = no loss), p50 at a fixed rate as a difference, and what was exported.
+pub(crate) fn print_tracing_cost(
+    rows: &[Row],
+    knobs: &Knobs,
+    closed_heads: &[String],
+    exported: &[(String, u64, u64)],
+) {
+    let pairs: Vec<(&Row, &Row)> = rows
+        .iter()
+        .filter_map(|traced| {
+            let base = traced.name.strip_suffix(", traced")?;
+            Some((rows.iter().find(|r| r.name == base)?, traced))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    let bound = knobs.bounds_ms.iter().cloned().fold(0.0, f64::max);
+    let ratio = |traced: Option<f64>, base: Option<f64>| match (traced, base) {
+        (Some(t), Some(b)) => format!("{} vs {} ({:.3}×)", thousands(t), thousands(b), t / b),
+        _ => "failures".to_string(),
+    };
+    println!();
+    println!(
+        "Tracing on against off, same run: throughput traced vs untraced (ratio; 1.000× = no loss), p50 traced minus untraced at a fixed rate (ms).          Spans exported over OTLP/HTTP to a receiver in the load process."
+    );
+    println!();
+    println!(
+        "| target | {} | max req/s @ p99 ≤ {bound} ms | p50 traced − untraced @ 100 req/s | @ 1,000 req/s | target CPU ms per 1,000 answers @ 1,000 req/s | exports (bytes) |",
+        closed_heads.join(" | ")
+    );
+    println!(
+        "|---|{}---:|---:|---:|---:|---:|",
+        "---:|".repeat(closed_heads.len())
+    );
+    let p50_diff = |t: &Step, b: &Step| {
+        if t.reached() && b.reached() {
+            format!("{:+.2}", t.p(0.5) - b.p(0.5))
+        } else {
+            "unreachable".to_string()
+        }
+    };
+    for (base, traced) in pairs {
+        let closed: Vec<String> = std::iter::once((&traced.closed, &base.closed))
+            .chain(traced.streams.iter().zip(&base.streams))
+            .map(|(t, b)| ratio(t.clean_rate(), b.clean_rate()))
+            .collect();
+        let sent = exported
+            .iter()
+            .find(|(name, _, _)| {
+                name.strip_suffix("-traced")
+                    .is_some_and(|base| traced.name.contains(base))
+            })
+            .map_or("-".to_string(), |(_, e, b)| {
+                format!("{e} ({})", thousands(*b as f64))
+            });
+        let cpu = match (traced.cpu_ms_per_1000, base.cpu_ms_per_1000) {
+            (Some(t), Some(b)) => format!("{t:.0} vs {b:.0} ({:+.1} %)", (t / b - 1.0) * 100.0),
+            _ => "-".to_string(),
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            base.name,
+            closed.join(" | "),
+            ratio(max_rate(traced, bound), max_rate(base, bound)),
+            p50_diff(&traced.at100, &base.at100),
+            p50_diff(&traced.at1000, &base.at1000),
+            cpu,
+            sent,
+        );
+    }
+}

@@ -1,0 +1,294 @@
+//! The completion path, fill-in-the-middle: the completion model's FIM prompt with
+//! repository snippets, sent raw, and the middle cut where `fill` says it ends.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::StreamExt;
+
+use super::stream::answer_events;
+use super::window::estimate_tokens;
+use super::{fill, ms, ChatTurn, Event, EventStream, Pipeline};
+use crate::error::GatewayError;
+use crate::llm::{FinishReason, Input, Usage};
+use crate::sessions::Owner;
+use crate::telemetry::{self, UpstreamClock};
+use crate::trace;
+use tracing::Instrument;
+
+pub(super) mod recent {
+    //! Recent middles: an editor asks for the same completion again when the user comes
+    //! back to the same place, or after it cancelled the request at the next keystroke
+    //! and the text returned to what it was. The same request of the same caller within
+    //! [`TTL`] is answered at once from the middle the upstream wrote the first time.
+
+    use std::hash::{Hash, Hasher};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use futures::StreamExt;
+
+    use crate::llm::{FinishReason, UpstreamRequest, Usage};
+    use crate::pipeline::{Event, EventStream};
+    use crate::sessions::Owner;
+
+    /// How long a middle is kept.
+    pub const TTL: Duration = Duration::from_secs(60);
+    /// Middles kept (each at most [`MAX_MIDDLE`] bytes).
+    const ENTRIES: usize = 512;
+    const MAX_MIDDLE: usize = 8 * 1024;
+
+    /// A completion request as the cache tells them apart: the caller, the model, the
+    /// prompt as written for it and every option that shapes the middle.
+    pub fn key(owner: &Owner, request: &UpstreamRequest) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        owner.as_str().hash(&mut h);
+        request.model.hash(&mut h);
+        format!("{:?}", request.input).hash(&mut h);
+        format!("{:?}", request.params).hash(&mut h);
+        h.finish()
+    }
+
+    pub struct Recent {
+        middles: quick_cache::sync::Cache<u64, (Instant, Arc<str>)>,
+    }
+
+    impl Default for Recent {
+        fn default() -> Self {
+            Self {
+                middles: quick_cache::sync::Cache::new(ENTRIES),
+            }
+        }
+    }
+
+    impl Recent {
+        pub fn get(&self, key: u64) -> Option<Arc<str>> {
+            let (at, middle) = self.middles.get(&key)?;
+            (at.elapsed() < TTL).then_some(middle)
+        }
+
+        /// The events, the middle kept when it ends as it should (not cut by
+        /// `max_tokens`, not failed, not abandoned).
+        pub fn keep(self: &Arc<Self>, key: u64, events: EventStream) -> EventStream {
+            let recent = self.clone();
+            let middle = Arc::new(Mutex::new(Some(String::new())));
+            events
+                .inspect(move |event| {
+                    let mut slot = middle.lock().unwrap_or_else(|e| e.into_inner());
+                    match event {
+                        Event::Delta(text) => {
+                            if let Some(m) = slot.as_mut() {
+                                m.push_str(text);
+                                if m.len() > MAX_MIDDLE {
+                                    *slot = None;
+                                }
+                            }
+                        }
+                        Event::Done {
+                            finish: FinishReason::Stop,
+                            ..
+                        } => {
+                            if let Some(m) = slot.take() {
+                                recent.middles.insert(key, (Instant::now(), m.into()));
+                            }
+                        }
+                        _ => *slot = None,
+                    }
+                })
+                .boxed()
+        }
+    }
+
+    /// A kept middle, as the upstream's answer would have come.
+    pub fn replay(middle: Arc<str>) -> EventStream {
+        futures::stream::iter([
+            Event::Delta(middle.to_string()),
+            Event::Done {
+                finish: FinishReason::Stop,
+                usage: Usage::default(),
+            },
+        ])
+        .boxed()
+    }
+}
+
+impl Pipeline {
+    /// Fill-in-the-middle: the completion model's FIM prompt with repository snippets,
+    /// sent raw; the middle ended by the gateway's rules (see `fill`). No classifier, no
+    /// reformulator, no session: this path is about latency.
+    pub(super) async fn run_fill(
+        &self,
+        turn: ChatTurn,
+        owner: &Owner,
+        clock: Arc<UpstreamClock>,
+    ) -> Result<EventStream, GatewayError> {
+        let started = Instant::now();
+        let mut request = turn.request;
+        let Input::Prompt {
+            prompt,
+            suffix,
+            system,
+            ..
+        } = &mut request.input
+        else {
+            return Err(GatewayError::internal("a completion without a prompt"));
+        };
+        let mut suffix = match suffix.take() {
+            Some(s) => s,
+            None => {
+                let (p, s) = fill::split_templated(prompt).unwrap_or_default();
+                *prompt = p;
+                s
+            }
+        };
+        let mut cleaned = self.privacy.clean(prompt);
+        cleaned.add(self.privacy.clean(&mut suffix));
+        if let Some(system) = system.as_mut() {
+            cleaned.add(self.privacy.clean(system));
+        }
+        if !cleaned.is_empty() {
+            cleaned.count("completion");
+        }
+        let prefix = prompt.clone();
+        request.model = self.config.completion_model.clone();
+        let Some(template) =
+            fill::Template::choose(&self.config.completion_template, &request.model)
+        else {
+            // A family the gateway does not know: the upstream's own FIM (Ollama renders
+            // the model's template with the suffix).
+            if let Input::Prompt { suffix: s, .. } = &mut request.input {
+                *s = Some(suffix);
+            }
+            let estimate = estimate_tokens(&request.input);
+            let span = self.chat_span("text_completion", &request);
+            let chunks = clock
+                .time(self.chat.stream(request))
+                .instrument(span.clone())
+                .await
+                .inspect_err(|e| trace::fail(&span, super::spans::upstream_kind(e)))?;
+            return Ok(answer_events(
+                chunks,
+                self.upstream(clock, span),
+                estimate,
+                None,
+            ));
+        };
+        let repo = if self.config.completion_context_chars == 0 {
+            Vec::new()
+        } else {
+            let query = fill::query(&prefix, &suffix);
+            let search = self
+                .retriever
+                .search(&query, crate::retrieval::hybrid::Mode::Lexical);
+            match tokio::time::timeout(self.config.completion_deadline, search).await {
+                Ok(Ok(mut hits)) => {
+                    self.protect_hits(&mut hits);
+                    fill::repository(
+                        &hits,
+                        &prefix,
+                        &suffix,
+                        self.config.completion_context_chars,
+                    )
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %format!("{e:#}"), "completion: the repository search failed");
+                    Vec::new()
+                }
+                Err(_) => {
+                    tracing::info!("completion: the repository search missed its deadline");
+                    Vec::new()
+                }
+            }
+        };
+        let text = template.render(&prefix, &suffix, &repo);
+        tracing::info!(
+            stage = "fill",
+            ms = ms(started),
+            template = ?template,
+            prefix_chars = prefix.len(),
+            suffix_chars = suffix.len(),
+            snippets = repo.len(),
+            "stage"
+        );
+        request.input = Input::Prompt {
+            prompt: text,
+            suffix: None,
+            system: None,
+            raw: true,
+            images: Vec::new(),
+        };
+        for stop in template.stops() {
+            if !request.params.stop.iter().any(|s| s == stop) {
+                request.params.stop.push((*stop).to_string());
+            }
+        }
+        let key = recent::key(owner, &request);
+        if let Some(middle) = self.recent_fills.get(key) {
+            tracing::info!(
+                middle_chars = middle.len(),
+                "completion: answered from the recent completions"
+            );
+            telemetry::completion_cache(true);
+            return Ok(recent::replay(middle));
+        }
+        telemetry::completion_cache(false);
+        let estimate = estimate_tokens(&request.input);
+        let span = self.chat_span("text_completion", &request);
+        let chunks = clock
+            .time(self.chat.stream(request))
+            .instrument(span.clone())
+            .await
+            .inspect_err(|e| trace::fail(&span, super::spans::upstream_kind(e)))?;
+        let events = answer_events(chunks, self.upstream(clock, span), estimate, None);
+        let events = ended(events, fill::Ender::new(template, &prefix, &suffix));
+        Ok(self.recent_fills.keep(key, events))
+    }
+}
+
+/// A completion request with a suffix: fill-in-the-middle.
+pub(super) fn is_fill(input: &Input) -> bool {
+    matches!(
+        input,
+        Input::Prompt {
+            suffix: Some(_),
+            ..
+        }
+    )
+}
+
+/// A completion's events, the middle cut where `ender` says it ends (then the upstream
+/// request is dropped, which cancels it); what could still turn into an end is held back
+/// until it is known not to.
+pub(super) fn ended(mut events: EventStream, ender: fill::Ender) -> EventStream {
+    Box::pin(async_stream::stream! {
+        let mut text = String::new();
+        let mut sent = 0;
+        while let Some(event) = events.next().await {
+            match event {
+                Event::Delta(piece) => {
+                    text.push_str(&piece);
+                    if let Some(end) = ender.end(&text) {
+                        if end > sent {
+                            yield Event::Delta(text[sent..end].to_string());
+                        }
+                        yield Event::Done { finish: FinishReason::Stop, usage: Usage::default() };
+                        return;
+                    }
+                    let safe = ender.safe(&text);
+                    if safe > sent {
+                        yield Event::Delta(text[sent..safe].to_string());
+                        sent = safe;
+                    }
+                }
+                Event::Done { finish, usage } => {
+                    if text.len() > sent {
+                        yield Event::Delta(text[sent..].to_string());
+                    }
+                    yield Event::Done { finish, usage };
+                    return;
+                }
+                other => yield other,
+            }
+        }
+    })
+}

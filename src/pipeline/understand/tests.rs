@@ -1,0 +1,143 @@
+use super::*;
+use crate::context::EditorContext;
+use crate::llm::{Message, Role};
+
+fn selected(code: &str) -> EditorContext {
+    EditorContext {
+        selected_text: code.into(),
+        ..EditorContext::default()
+    }
+}
+
+fn open(code: &str) -> EditorContext {
+    EditorContext {
+        editor_content: code.into(),
+        ..EditorContext::default()
+    }
+}
+
+const CODE: &str = "let ep = registerEndpoint(\"GET\", \"/books/{id}\", get_book)\naddParam(ep, \"id\", Int, from: \"path\")";
+
+/// The reference's own sentences (architecture, "Intent detection examples"; PRD-0002's
+/// scenarios), verbatim, with the decision the documents give them.
+#[test]
+fn the_references_sentences_get_the_references_decisions() {
+    for (message, want) in [
+        ("Que significa AVAP?", false),
+        ("dame un API de hello world", false),
+        ("que hace este codigo?", true),
+        ("fix this", true),
+        ("como mejoro esto?", true),
+        ("how does addVar work?", false),
+        ("why is this not catching my error?", true),
+        ("how does addVar work?", false),
+    ] {
+        assert_eq!(
+            editor_reference(message, &selected(CODE)).yes,
+            want,
+            "{message}"
+        );
+    }
+    // Scenario 2: a function open in the editor, nothing selected.
+    assert!(editor_reference("what HTTP status codes can this return?", &open(CODE)).yes);
+    // Without code there is nothing to refer to.
+    assert!(!editor_reference("fix this", &EditorContext::default()).yes);
+}
+
+#[test]
+fn bare_instructions_and_questions_about_behaviour_mean_the_selection() {
+    for message in [
+        "explain",
+        "refactor",
+        "tests pls",
+        "lgtm?",
+        "any bugs?",
+        "can this return null?",
+        "why is it slow?",
+        "what does it do?",
+        "add logging to this",
+        "¿por qué falla?",
+        "optimízalo",
+        "escribe un test para esto",
+        "explícamelo",
+        "what does get_book return when the id is missing?",
+    ] {
+        let why = editor_reference(message, &selected(CODE));
+        assert!(why.yes, "{message}: {why:?}");
+    }
+}
+
+#[test]
+fn general_questions_with_a_selection_are_their_own() {
+    for message in [
+        "How do I configure the server port?",
+        "¿Cómo cancelo una tarea si tarda demasiado?",
+        "write a function that parses ISO dates",
+        "is it possible to run brisa on windows?",
+    ] {
+        let why = editor_reference(message, &selected(CODE));
+        assert!(!why.yes, "{message}: {why:?}");
+    }
+}
+
+#[test]
+fn asking_what_was_said_is_about_the_conversation_even_with_a_selection() {
+    for message in [
+        "and what did you tell me before that?",
+        "what did you say before?",
+        "¿qué me dijiste antes?",
+    ] {
+        assert!(
+            conversation_only(message, &selected(CODE)).is_some(),
+            "{message}"
+        );
+    }
+    // Without naming what was said, the same kind of request is about the code.
+    assert!(conversation_only("explain it differently", &selected(CODE)).is_none());
+}
+
+#[test]
+fn small_talk_is_only_a_whole_message_of_it() {
+    for message in [
+        "thanks!",
+        "hola",
+        "ok 👍",
+        "genial, gracias",
+        "👍",
+        "say that again, shorter",
+    ] {
+        assert!(small_talk(message).is_some(), "{message}");
+    }
+    for message in [
+        "hey, what does addVar return?",
+        "Great, how do I configure retries?",
+        "is addVar ok for globals?",
+        "Is there a nice way to paginate results?",
+        "hola, ¿cómo creo un endpoint?",
+        "gracias! ¿y cómo hago una migración?",
+    ] {
+        assert!(small_talk(message).is_none(), "{message}");
+    }
+}
+
+#[test]
+fn follow_ups_are_searched_with_the_subject_before_them() {
+    let history = vec![
+        Message::text(Role::User, "What is registerEndpoint?"),
+        Message::text(Role::Assistant, "It registers a route."),
+    ];
+    let q = follow_up_query("Can you show me an example?", &history).unwrap();
+    assert!(q.contains("registerEndpoint"), "{q}");
+    // A chain of follow-ups reaches back to the subject.
+    let mut longer = history.clone();
+    longer.push(Message::text(Role::User, "¿y qué devuelve?"));
+    longer.push(Message::text(Role::Assistant, "Un id."));
+    let q = follow_up_query("and if it fails?", &longer).unwrap();
+    assert!(q.contains("registerEndpoint"), "{q}");
+    // A question with its own subject is searched as asked.
+    assert_eq!(
+        follow_up_query("How do I open a database transaction?", &history),
+        None
+    );
+    assert_eq!(follow_up_query("Can you show me an example?", &[]), None);
+}
