@@ -66,7 +66,11 @@ async fn main() {
     let n: usize = env_or("COMPLETION_N", 200);
     let cancels: usize = env_or("COMPLETION_CANCELS", 50);
     let up = ScriptedUpstream::start().await;
-    up.set_default(Reply::tokens(&["    total = compute(a", ")\n", "    return total\n"]));
+    up.set_default(Reply::tokens(&[
+        "    total = compute(a",
+        ")\n",
+        "    return total\n",
+    ]));
     let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
         s.completion.template = "qwen".into();
     })
@@ -78,10 +82,11 @@ async fn main() {
         json!({"model": support::UPSTREAM_MODEL, "stream": true, "raw": true,
             "prompt": format!("<|fim_prefix|>{}<|fim_suffix|>{suffix}<|fim_middle|>", prefix(i))})
     };
-    let through = |i: usize| {
-        json!({"model": "brunix", "stream": true, "prompt": prefix(i), "suffix": suffix})
-    };
-    let (upstream_url, gateway_url) = (format!("{}/api/generate", up.root()), gw.url("/api/generate"));
+    let through = |i: usize| json!({"model": "brunix", "stream": true, "prompt": prefix(i), "suffix": suffix});
+    let (upstream_url, gateway_url) = (
+        format!("{}/api/generate", up.root()),
+        gw.url("/api/generate"),
+    );
     for i in 0..20 {
         first_token(&client, &upstream_url, &direct(i)).await;
         first_token(&client, &gateway_url, &through(i)).await;
@@ -120,7 +125,10 @@ async fn main() {
         let dropped = Instant::now();
         drop(stream);
         while up.cancelled() == before {
-            assert!(dropped.elapsed() < Duration::from_secs(5), "never cancelled");
+            assert!(
+                dropped.elapsed() < Duration::from_secs(5),
+                "never cancelled"
+            );
             tokio::time::sleep(Duration::from_micros(200)).await;
         }
         stops.push(dropped.elapsed().as_micros() as u64);
@@ -128,5 +136,8 @@ async fn main() {
     println!();
     println!("| abandoned completion: client gone → upstream cancelled, ms | p50 | p99 |");
     println!("|---|---:|---:|");
-    row(&format!("{cancels} completions dropped after their first piece"), &stops);
+    row(
+        &format!("{cancels} completions dropped after their first piece"),
+        &stops,
+    );
 }
