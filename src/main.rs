@@ -209,7 +209,7 @@ fn main() -> ExitCode {
         }
         _ => None,
     };
-    init_logging(&settings, tracing.as_ref());
+    init_logging(&settings);
     let result = runtime.block_on(async {
         let result = match cli.command {
             Command::Serve { .. } => serve(settings).await,
@@ -606,7 +606,7 @@ async fn shutdown_signal() {
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
-fn init_logging(settings: &Settings, tracing: Option<&assist_gateway::trace::Tracing>) {
+fn init_logging(settings: &Settings) {
     use tracing_subscriber::prelude::*;
     // qdrant-edge warns about server-only feature flags on every open; keep its errors only.
     let level = if settings.log.level.contains("qdrant_edge") {
@@ -619,17 +619,12 @@ fn init_logging(settings: &Settings, tracing: Option<&assist_gateway::trace::Tra
         .unwrap_or_else(|_| EnvFilter::new("info"));
     // Whatever the filter asks for: dependencies that log what they carry at debug or
     // trace (rmcp a tool call's arguments, h2 and hyper headers, reqwest bodies) stop at
-    // info, so no question, code or key reaches the log; the trace spans are not logged.
-    for quiet in assist_gateway::telemetry::QUIET_DEPENDENCIES
-        .iter()
-        .chain([&assist_gateway::trace::NOT_LOGGED])
-    {
+    // info, so no question, code or key reaches the log.
+    for quiet in assist_gateway::telemetry::QUIET_DEPENDENCIES {
         if let Ok(directive) = quiet.parse() {
             filter = filter.add_directive(directive);
         }
     }
-    // The filter is the log's alone: the trace layer takes the gateway's spans whatever
-    // the log level.
     let log = match settings.log.format {
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
@@ -642,6 +637,5 @@ fn init_logging(settings: &Settings, tracing: Option<&assist_gateway::trace::Tra
     };
     tracing_subscriber::registry()
         .with(log.with_filter(filter))
-        .with(tracing.map(|t| t.layer()))
         .init();
 }

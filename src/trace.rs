@@ -3,9 +3,11 @@
 //! SDK's own (a slow or absent collector never holds a request: spans beyond the queue
 //! are dropped).
 //!
-//! The spans are `tracing` spans of the target [`TARGET`], which only the OpenTelemetry
-//! layer takes (the log never shows them); without an endpoint no layer wants them, and
-//! they cost a callsite check. Attributes follow the OpenTelemetry GenAI semantic
+//! Spans are the OpenTelemetry SDK's own ([`Span`]), started and ended by the stages
+//! themselves: without an endpoint every constructor returns an empty span at the cost of
+//! one atomic load. (The gateway's log lines are `tracing`'s; traces do not go through it:
+//! bridging spans through a `tracing` layer cost three times as much CPU per answer.)
+//! Attributes follow the OpenTelemetry GenAI semantic
 //! conventions (`gen_ai.*`, `server.*`), plus the gateway's own (`assist.*`). Content
 //! (messages, prompt, answer, chunk texts) is recorded only with
 //! `telemetry.capture_content`, and only after `[privacy]` cleaned it (the callers do).
@@ -17,29 +19,31 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use opentelemetry::trace::{Status, TracerProvider as _};
-use opentelemetry::KeyValue;
+use std::borrow::Cow;
+use std::sync::{LazyLock, OnceLock};
+
+use opentelemetry::context::{FutureExt as _, WithContext};
+use opentelemetry::propagation::TextMapPropagator as _;
+use opentelemetry::trace::{
+    SpanKind, Status, TraceContextExt as _, Tracer as _, TracerProvider as _,
+};
+use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{Protocol, SpanExporter, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider,
+};
 use opentelemetry_sdk::Resource;
-use tracing::field::Empty;
-use tracing::Span;
-use tracing_opentelemetry::OpenTelemetrySpanExt;
-use tracing_subscriber::filter::{LevelFilter, Targets};
-use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::Layer;
 
 use crate::config::{OtlpProtocol, TelemetrySettings};
 
-/// The target of every span the gateway exports (and of nothing else).
-pub const TARGET: &str = "assist_gateway::span";
-
-/// The log directive that keeps the spans out of the log lines.
-pub const NOT_LOGGED: &str = "assist_gateway::span=off";
-
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static CAPTURE: AtomicBool = AtomicBool::new(false);
+/// The tracer of the exporter [`Tracing::start`] set up (once per process).
+static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+/// W3C trace context (`traceparent`, `tracestate`), read from clients (the gateway's own:
+/// no global propagator and its lock to ask; `llm::http` writes it on upstream requests).
+static W3C: LazyLock<TraceContextPropagator> = LazyLock::new(TraceContextPropagator::new);
 
 /// Whether traces are exported (spans are worth filling in).
 pub fn enabled() -> bool {
@@ -120,29 +124,12 @@ impl Tracing {
             .with_span_processor(processor)
             .with_resource(resource)
             .build();
-        opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+        if TRACER.set(provider.tracer("assist-gateway")).is_err() {
+            anyhow::bail!("traces: the exporter is already set up");
+        }
         ENABLED.store(true, Ordering::Relaxed);
         CAPTURE.store(settings.capture_content, Ordering::Relaxed);
         Ok(Some(Self { provider }))
-    }
-
-    /// The subscriber layer that turns the gateway's spans ([`TARGET`]) into OpenTelemetry
-    /// spans (no code locations, threads or busy times: only what the gateway records).
-    pub fn layer<S>(&self) -> impl Layer<S> + Send + Sync + 'static
-    where
-        S: tracing::Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
-    {
-        tracing_opentelemetry::layer()
-            .with_tracer(self.provider.tracer("assist-gateway"))
-            .with_location(false)
-            .with_threads(false)
-            .with_tracked_inactivity(false)
-            .with_target(false)
-            .with_level(false)
-            // The gateway never reads OpenTelemetry's current context (it asks the span):
-            // no context to switch on every poll of an instrumented future.
-            .with_context_activation(false)
-            .with_filter(Targets::new().with_target(TARGET, LevelFilter::INFO))
     }
 
     /// Exports what is queued and stops (off the runtime's workers: it blocks).
@@ -186,6 +173,160 @@ impl opentelemetry_http::HttpClient for OnRuntime {
     }
 }
 
+/// One span of a trace: an OpenTelemetry SDK span in its context, or nothing when traces
+/// are off. It ends when dropped (or at [`Span::end`]); a stage's children take it as
+/// their parent through [`Span::child`], or implicitly while [`Span::within`] polls.
+#[derive(Debug, Default)]
+pub struct Span {
+    cx: Option<Context>,
+    /// Whether dropping this handle ends the span (not for [`Span::current`]'s).
+    owned: bool,
+}
+
+impl Span {
+    /// No span: what every constructor gives when traces are off.
+    pub fn none() -> Self {
+        Self {
+            cx: None,
+            owned: false,
+        }
+    }
+
+    /// A span named `name`, child of the current context (the span whose future is being
+    /// polled through [`Span::within`]), with the attributes `attributes` gives; nothing
+    /// (and `attributes` not called) when traces are off.
+    pub fn start(
+        name: impl Into<Cow<'static, str>>,
+        attributes: impl FnOnce() -> Vec<KeyValue>,
+    ) -> Self {
+        if !enabled() {
+            return Self::none();
+        }
+        Context::map_current(|parent| Self::begin(parent, name, SpanKind::Internal, attributes))
+    }
+
+    /// A child of this span (nothing when this one is nothing).
+    pub fn child(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        attributes: impl FnOnce() -> Vec<KeyValue>,
+    ) -> Self {
+        match &self.cx {
+            Some(parent) => Self::begin(parent, name, SpanKind::Internal, attributes),
+            None => Self::none(),
+        }
+    }
+
+    /// A child of this span of another kind (`client` for the upstream's request).
+    pub fn child_of_kind(
+        &self,
+        name: impl Into<Cow<'static, str>>,
+        kind: SpanKind,
+        attributes: impl FnOnce() -> Vec<KeyValue>,
+    ) -> Self {
+        match &self.cx {
+            Some(parent) => Self::begin(parent, name, kind, attributes),
+            None => Self::none(),
+        }
+    }
+
+    fn begin(
+        parent: &Context,
+        name: impl Into<Cow<'static, str>>,
+        kind: SpanKind,
+        attributes: impl FnOnce() -> Vec<KeyValue>,
+    ) -> Self {
+        let Some(tracer) = TRACER.get() else {
+            return Self::none();
+        };
+        let span = tracer
+            .span_builder(name)
+            .with_kind(kind)
+            .with_attributes(attributes())
+            .start_with_context(tracer, parent);
+        Self {
+            cx: Some(parent.with_span(span)),
+            owned: true,
+        }
+    }
+
+    /// The current context's span, to add to (the stage whose future is being polled
+    /// through [`Span::within`]); this handle does not end it.
+    pub fn current() -> Self {
+        if !enabled() {
+            return Self::none();
+        }
+        let cx = Context::current();
+        Self {
+            cx: cx.has_active_span().then_some(cx),
+            owned: false,
+        }
+    }
+
+    /// Whether this span records (traces on and the trace sampled): worth filling in.
+    pub fn is_recording(&self) -> bool {
+        self.cx.as_ref().is_some_and(|cx| cx.span().is_recording())
+    }
+
+    /// Runs `future` with this span as the current context (its spans are children).
+    pub fn within<F>(&self, future: F) -> WithContext<F> {
+        future.with_context(self.cx.clone().unwrap_or_default())
+    }
+
+    /// The span's context (`None` when traces are off).
+    pub fn context(&self) -> Option<&Context> {
+        self.cx.as_ref()
+    }
+
+    /// Sets attribute `key`.
+    pub fn set(&self, key: &'static str, value: impl Into<opentelemetry::Value>) {
+        if let Some(cx) = &self.cx {
+            cx.span().set_attribute(KeyValue::new(key, value));
+        }
+    }
+
+    /// A list of strings as one attribute (`gen_ai.response.finish_reasons`).
+    pub fn set_strings(&self, key: &'static str, values: &[&str]) {
+        if self.is_recording() {
+            let list: Vec<opentelemetry::StringValue> =
+                values.iter().map(|v| (*v).to_string().into()).collect();
+            self.set(key, opentelemetry::Value::Array(list.into()));
+        }
+    }
+
+    /// Marks the span failed: `error.type` and an error status, both `kind` (an error's
+    /// code, never its message, which may quote a request or the upstream).
+    pub fn fail(&self, kind: &str) {
+        if let Some(cx) = &self.cx {
+            let span = cx.span();
+            span.set_attribute(KeyValue::new("error.type", kind.to_string()));
+            span.set_status(Status::error(kind.to_string()));
+        }
+    }
+
+    /// A point in time on the span (`first token`).
+    pub fn event(&self, name: &'static str) {
+        if let Some(cx) = &self.cx {
+            cx.span().add_event(name, Vec::new());
+        }
+    }
+
+    /// Ends the span now (a later end, or the drop, changes nothing).
+    pub fn end(&self) {
+        if let Some(cx) = &self.cx {
+            cx.span().end();
+        }
+    }
+}
+
+impl Drop for Span {
+    fn drop(&mut self) {
+        if self.owned {
+            self.end();
+        }
+    }
+}
+
 /// The root span of one chat request over `dialect`, named after its `route`; with
 /// `headers`, a `traceparent` in them makes it a child of the client's span.
 pub fn request_span(
@@ -198,76 +339,20 @@ pub fn request_span(
     }
     // HTTP's span names are `{method} {route}` (every chat route is a POST); gRPC's the
     // method's full name; MCP's its tool.
-    let name = match dialect {
-        "grpc" | "mcp" => std::borrow::Cow::Borrowed(route),
-        _ => std::borrow::Cow::Owned(format!("POST {route}")),
+    let name: Cow<'static, str> = match dialect {
+        "grpc" | "mcp" => Cow::Borrowed(route),
+        _ => Cow::Owned(format!("POST {route}")),
     };
-    let span = tracing::info_span!(
-        target: TARGET,
-        "request",
-        otel.name = name.as_ref(),
-        otel.kind = "server",
-        openinference.span.kind = "CHAIN",
-        assist.dialect = dialect,
-        gen_ai.request.model = Empty,
-        gen_ai.request.stream = Empty,
-        assist.key = Empty,
-        assist.query_type = Empty,
-        assist.editor = Empty,
-        assist.outcome = Empty,
-        assist.ttft_ms = Empty,
-        http.response.status_code = Empty,
-        error.type = Empty,
-    );
-    if let Some(headers) = headers {
-        let parent = opentelemetry::global::get_text_map_propagator(|p| {
-            p.extract(&opentelemetry_http::HeaderExtractor(headers))
-        });
-        let _ = span.set_parent(parent);
-    }
-    span
-}
-
-/// Sets an attribute the span did not declare (arrays, JSON, more than tracing's 32
-/// fields); nothing when traces are off.
-pub fn set(span: &Span, key: &'static str, value: impl Into<opentelemetry::Value>) {
-    if enabled() && !span.is_disabled() {
-        span.set_attribute(key, value);
-    }
-}
-
-/// A list of strings as one attribute (`gen_ai.response.finish_reasons`).
-pub fn set_strings(span: &Span, key: &'static str, values: &[&str]) {
-    if enabled() && !span.is_disabled() {
-        let list: Vec<opentelemetry::StringValue> =
-            values.iter().map(|v| (*v).to_string().into()).collect();
-        span.set_attribute(key, opentelemetry::Value::Array(list.into()));
-    }
-}
-
-/// Marks the span failed: `error.type` and an error status, both `kind` (an error's
-/// code, never its message, which may quote a request or the upstream).
-pub fn fail(span: &Span, kind: &str) {
-    if enabled() && !span.is_disabled() {
-        span.set_attribute("error.type", kind.to_string());
-        span.set_status(Status::error(kind.to_string()));
-    }
-}
-
-/// Marks now as the span's end: the exporter takes a span's last exit as its end, and a
-/// span held across an answer (the request's, the upstream's) was last entered when the
-/// answer started.
-pub fn end_now(span: &Span) {
-    if !span.is_disabled() {
-        span.in_scope(|| {});
-    }
-}
-
-/// A point in time on the span (`first token`).
-pub fn event(span: &Span, name: &'static str, attributes: Vec<KeyValue>) {
-    if enabled() && !span.is_disabled() {
-        span.add_event(name, attributes);
-    }
+    let parent = match headers {
+        Some(headers) => W3C.extract(&opentelemetry_http::HeaderExtractor(headers)),
+        None => Context::new(),
+    };
+    Span::begin(&parent, name, SpanKind::Server, || {
+        vec![
+            KeyValue::new("openinference.span.kind", "CHAIN"),
+            KeyValue::new("assist.dialect", dialect),
+        ]
+    })
 }
 
 /// Messages in the GenAI conventions' shape (`gen_ai.input.messages`,
@@ -317,6 +402,8 @@ mod tests {
 
     #[test]
     fn spans_are_none_when_traces_are_off() {
-        assert!(request_span("openai", "POST /v1/chat/completions", None).is_none());
+        let span = request_span("openai", "/v1/chat/completions", None);
+        assert!(span.context().is_none() && !span.is_recording());
+        assert!(Span::start("stage", Vec::new).context().is_none());
     }
 }

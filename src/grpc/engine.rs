@@ -40,7 +40,6 @@ use crate::serve::chat::{self, ChatLog, End, Piece, Render};
 use crate::serve::{bounds, evaluation, AppState};
 use crate::sessions::Owner;
 use crate::telemetry;
-use crate::trace;
 
 /// What an empty `session_id` means (as in the reference).
 const DEFAULT_SESSION: &str = "default";
@@ -78,11 +77,11 @@ impl Engine {
             return Err(Status::internal("the call was not admitted"));
         };
         log.caller(&self.state, admitted.caller.as_ref());
-        let parse = tracing::info_span!(target: trace::TARGET, parent: log.span(), "parse");
-        let turn = match parse.in_scope(|| self.turn(request.into_inner())) {
+        let parse = log.span().child("parse", Vec::new);
+        let turn = match self.turn(request.into_inner()) {
             Ok(turn) => turn,
             Err(e) => {
-                trace::fail(&parse, e.code.unwrap_or(e.kind));
+                parse.fail(e.code.unwrap_or(e.kind));
                 log.failed(&e, false);
                 return Err(status(&e));
             }

@@ -24,9 +24,6 @@ use crate::serve::access::{Caller, StreamGate};
 use crate::serve::chat::{self, ChatLog, Render, Timing};
 use crate::sessions::Owner;
 use crate::telemetry;
-use crate::trace;
-use tracing::field::Empty;
-use tracing::Instrument;
 
 /// An HTTP dialect's rendering: its events as bytes of its stream, and a whole answer
 /// as one JSON body.
@@ -110,14 +107,12 @@ pub fn post<D: Dialect, R: HttpRender>(
                 Some(&headers),
             );
             log.caller(&state, caller.as_ref().map(|Extension(c)| c));
-            let parse_span = tracing::info_span!(target: trace::TARGET, parent: log.span(), "parse",
-                assist.body_bytes = Empty);
+            let parse_span = log.span().child("parse", Vec::new);
             let parsed = body::read(&state.settings.server, body)
-                .instrument(parse_span.clone())
                 .await
                 .and_then(|b| {
-                    parse_span.record("assist.body_bytes", b.len() as i64);
-                    parse_span.in_scope(|| parse(&b))
+                    parse_span.set("assist.body_bytes", b.len() as i64);
+                    parse(&b)
                 })
                 .map(|mut p| {
                     if p.turn.session_id.is_none() {
@@ -129,7 +124,7 @@ pub fn post<D: Dialect, R: HttpRender>(
                     p
                 });
             if let Err(e) = &parsed {
-                trace::fail(&parse_span, e.code.unwrap_or(e.kind));
+                parse_span.fail(e.code.unwrap_or(e.kind));
             }
             drop(parse_span);
             // A key's own sessions; without keys, the one shared namespace.

@@ -434,36 +434,12 @@ impl Knowledge {
         );
         log.caller(state, parts.and_then(|p| p.extensions.get::<Caller>()));
         log.request(state.pipeline.assistant_model(), true);
-        let parse = tracing::info_span!(target: crate::trace::TARGET, parent: log.span(), "parse");
-        let turn = parse.in_scope(|| {
-            if args.question.trim().is_empty() {
-                return Err(GatewayError::invalid("question", "question is empty"));
-            }
-            let server = &state.settings.server;
-            for (name, text) in [
-                ("question", Some(&args.question)),
-                ("selected_code", args.selected_code.as_ref()),
-                ("open_file", args.open_file.as_ref()),
-            ] {
-                if let Some(text) = text {
-                    bounds::check_length(server, name, text.chars().count())?;
-                }
-            }
-            // Blocks in the question are read as an API request's would be; the code
-            // comes as plain text.
-            let mut editor = EditorContext::from_request(None, None, &args.question);
-            editor.selected_text = args.selected_code.unwrap_or_default();
-            editor.editor_content = args.open_file.unwrap_or_default();
-            Ok(ChatTurn {
-                request: UpstreamRequest::question(state.pipeline.assistant_model(), args.question),
-                session_id: None,
-                editor,
-            })
-        });
+        let parse = log.span().child("parse", Vec::new);
+        let turn = ask_turn(state, args);
         let turn = match turn {
             Ok(turn) => turn,
             Err(e) => {
-                crate::trace::fail(&parse, e.code.unwrap_or(e.kind));
+                parse.fail(e.code.unwrap_or(e.kind));
                 log.failed(&e, false);
                 return Err(ErrorData::invalid_params(e.message, None));
             }
@@ -546,4 +522,31 @@ impl Knowledge {
             json!({ "answer": text, "sources": cited }),
         ))
     }
+}
+
+/// The turn an `ask` call asks: its question and code, each within the server's bounds.
+fn ask_turn(state: &AppState, args: AskArgs) -> Result<ChatTurn, GatewayError> {
+    if args.question.trim().is_empty() {
+        return Err(GatewayError::invalid("question", "question is empty"));
+    }
+    let server = &state.settings.server;
+    for (name, text) in [
+        ("question", Some(&args.question)),
+        ("selected_code", args.selected_code.as_ref()),
+        ("open_file", args.open_file.as_ref()),
+    ] {
+        if let Some(text) = text {
+            bounds::check_length(server, name, text.chars().count())?;
+        }
+    }
+    // Blocks in the question are read as an API request's would be; the code
+    // comes as plain text.
+    let mut editor = EditorContext::from_request(None, None, &args.question);
+    editor.selected_text = args.selected_code.unwrap_or_default();
+    editor.editor_content = args.open_file.unwrap_or_default();
+    Ok(ChatTurn {
+        request: UpstreamRequest::question(state.pipeline.assistant_model(), args.question),
+        session_id: None,
+        editor,
+    })
 }

@@ -436,19 +436,18 @@ pub(crate) fn error_text(error: &Value) -> Option<String> {
     }
 }
 
-/// The current trace span as the request's parent (a W3C `traceparent` header), when
-/// traces are exported (the span is then enabled; `trace` sets the propagator).
+/// The current trace span (the OpenTelemetry context the caller polls this request in,
+/// when traces are exported) as the request's parent: a W3C `traceparent` header.
 fn with_trace_context(rb: RequestBuilder) -> RequestBuilder {
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let span = tracing::Span::current();
-    if span.is_disabled() {
+    use opentelemetry::propagation::TextMapPropagator as _;
+    use opentelemetry::trace::TraceContextExt as _;
+    let cx = opentelemetry::Context::current();
+    if !cx.has_active_span() {
         return rb;
     }
-    let cx = span.context();
     let mut headers = http::HeaderMap::new();
-    opentelemetry::global::get_text_map_propagator(|p| {
-        p.inject_context(&cx, &mut opentelemetry_http::HeaderInjector(&mut headers))
-    });
+    opentelemetry_sdk::propagation::TraceContextPropagator::new()
+        .inject_context(&cx, &mut opentelemetry_http::HeaderInjector(&mut headers));
     rb.headers(headers)
 }
 

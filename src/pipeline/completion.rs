@@ -13,8 +13,6 @@ use crate::error::GatewayError;
 use crate::llm::{FinishReason, Input, Usage};
 use crate::sessions::Owner;
 use crate::telemetry::{self, UpstreamClock};
-use crate::trace;
-use tracing::Instrument;
 
 pub(super) mod recent {
     //! Recent middles: an editor asks for the same completion again when the user comes
@@ -161,11 +159,10 @@ impl Pipeline {
             }
             let estimate = estimate_tokens(&request.input);
             let span = self.chat_span("text_completion", &request);
-            let chunks = clock
-                .time(self.chat.stream(request))
-                .instrument(span.clone())
+            let chunks = span
+                .within(clock.time(self.chat.stream(request)))
                 .await
-                .inspect_err(|e| trace::fail(&span, super::spans::upstream_kind(e)))?;
+                .inspect_err(|e| span.fail(super::spans::upstream_kind(e)))?;
             return Ok(answer_events(
                 chunks,
                 self.upstream(clock, span),
@@ -234,11 +231,10 @@ impl Pipeline {
         telemetry::completion_cache(false);
         let estimate = estimate_tokens(&request.input);
         let span = self.chat_span("text_completion", &request);
-        let chunks = clock
-            .time(self.chat.stream(request))
-            .instrument(span.clone())
+        let chunks = span
+            .within(clock.time(self.chat.stream(request)))
             .await
-            .inspect_err(|e| trace::fail(&span, super::spans::upstream_kind(e)))?;
+            .inspect_err(|e| span.fail(super::spans::upstream_kind(e)))?;
         let events = answer_events(chunks, self.upstream(clock, span), estimate, None);
         let events = ended(events, fill::Ender::new(template, &prefix, &suffix));
         Ok(self.recent_fills.keep(key, events))

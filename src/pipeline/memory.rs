@@ -4,8 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tracing::field::Empty;
-use tracing::Instrument;
+use opentelemetry::KeyValue;
 
 use super::{ms, Pipeline};
 use crate::context::EditorContext;
@@ -27,21 +26,19 @@ impl Pipeline {
         messages: &[Message],
         editor: &EditorContext,
     ) -> Result<(Option<Held>, Vec<Message>), GatewayError> {
-        let span = tracing::info_span!(target: trace::TARGET, "session",
-            assist.session = session.is_some(), assist.history.turns = Empty);
+        let has_session = session.is_some();
+        let span = trace::Span::start("session", || {
+            vec![KeyValue::new("assist.session", has_session)]
+        });
         let t = Instant::now();
         let held = match (&self.sessions, session) {
-            (Some(sessions), Some(key)) if !key.id.is_empty() => Some(
-                sessions
-                    .hold(key)
-                    .instrument(span.clone())
-                    .await
-                    .map_err(|busy| {
-                        tracing::warn!(stage = "session", ms = ms(t), "the session is busy");
-                        trace::fail(&span, "session_busy");
-                        GatewayError::session_busy(busy.to_string())
-                    })?,
-            ),
+            (Some(sessions), Some(key)) if !key.id.is_empty() => {
+                Some(span.within(sessions.hold(key)).await.map_err(|busy| {
+                    tracing::warn!(stage = "session", ms = ms(t), "the session is busy");
+                    span.fail("session_busy");
+                    GatewayError::session_busy(busy.to_string())
+                })?)
+            }
             _ => None,
         };
         let client_has_history = messages.iter().any(|m| m.role == Role::Assistant);
@@ -49,7 +46,7 @@ impl Pipeline {
             Some(h) if !client_has_history => h.history.iter().flat_map(Turn::messages).collect(),
             _ => Vec::new(),
         };
-        span.record("assist.history.turns", history.len() as i64 / 2);
+        span.set("assist.history.turns", history.len() as i64 / 2);
         tracing::info!(
             stage = "session",
             ms = ms(t),

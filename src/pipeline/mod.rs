@@ -32,10 +32,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::BoxStream;
+use opentelemetry::KeyValue;
 use serde::Serialize;
 use serde_json::Value;
-use tracing::field::Empty;
-use tracing::Instrument;
 
 use crate::context::{EditorContext, UsedItem};
 use crate::error::GatewayError;
@@ -324,11 +323,10 @@ impl Pipeline {
                 }
                 let prompt_estimate = estimate_tokens(&turn.request.input);
                 let span = self.chat_span("chat", &turn.request);
-                let chunks = clock
-                    .time(self.chat.stream(turn.request))
-                    .instrument(span.clone())
+                let chunks = span
+                    .within(clock.time(self.chat.stream(turn.request)))
                     .await
-                    .inspect_err(|e| trace::fail(&span, spans::upstream_kind(e)))?;
+                    .inspect_err(|e| span.fail(spans::upstream_kind(e)))?;
                 Ok(answer_events(
                     chunks,
                     self.upstream(clock, span),
@@ -397,11 +395,11 @@ impl Pipeline {
         } = self
             .understand(&query, &conversation, &editor, &clock)
             .await;
-        let root = tracing::Span::current();
-        root.record("assist.query_type", query_type.as_str());
-        root.record("assist.editor", use_editor);
+        let root = trace::Span::current();
+        root.set("assist.query_type", query_type.as_str());
+        root.set("assist.editor", use_editor);
         if trace::capture_content() {
-            trace::set(&root, "input.value", query.clone());
+            root.set("input.value", query.clone());
         }
         self.protect_hits(&mut hits);
         // The window is the upstream's (asked once, then known), or less when the client
@@ -566,17 +564,13 @@ impl Pipeline {
         clock: &UpstreamClock,
     ) -> classify::Decision {
         let t = Instant::now();
-        let span = tracing::info_span!(target: trace::TARGET, "classify",
-            assist.query_type = Empty, assist.editor = Empty, assist.editor_rule = Empty,
-            assist.route_rule = Empty, assist.by = Empty);
-        let decision = self
-            .classifier
-            .classify(&ClassifyInput {
+        let span = trace::Span::start("classify", Vec::new);
+        let decision = span
+            .within(self.classifier.classify(&ClassifyInput {
                 query,
                 history: conversation,
                 editor,
-            })
-            .instrument(span.clone())
+            }))
             .await;
         if decision.asked_model() {
             clock.since(t);
@@ -587,11 +581,14 @@ impl Pipeline {
         let retrieve = query_type != QueryType::Conversational;
         telemetry::turn_decision("editor", use_editor, decision.editor_rule);
         telemetry::turn_decision("retrieve", retrieve, decision.route_rule);
-        span.record("assist.query_type", query_type.as_str());
-        span.record("assist.editor", use_editor);
-        span.record("assist.editor_rule", decision.editor_rule);
-        span.record("assist.route_rule", decision.route_rule);
-        span.record("assist.by", decision.by);
+        if span.is_recording() {
+            span.set("assist.query_type", query_type.as_str());
+            span.set("assist.editor", use_editor);
+            span.set("assist.editor_rule", decision.editor_rule);
+            span.set("assist.route_rule", decision.route_rule);
+            span.set("assist.by", decision.by);
+        }
+        drop(span);
         tracing::info!(
             stage = "classify",
             ms = ms(t),
@@ -617,16 +614,18 @@ impl Pipeline {
         clock: &UpstreamClock,
     ) -> (reformulate::Reformulation, Vec<Scored>) {
         let t = Instant::now();
-        let span = tracing::info_span!(target: trace::TARGET, "reformulate",
-            assist.by = Empty, assist.anchored = Empty, assist.search_chars = Empty);
-        let search = self
-            .reformulator
-            .reformulate(query, query_type, conversation, selection)
-            .instrument(span.clone())
+        let span = trace::Span::start("reformulate", Vec::new);
+        let search = span
+            .within(
+                self.reformulator
+                    .reformulate(query, query_type, conversation, selection),
+            )
             .await;
-        span.record("assist.by", search.by);
-        span.record("assist.anchored", search.anchored);
-        span.record("assist.search_chars", search.query.chars().count() as i64);
+        if span.is_recording() {
+            span.set("assist.by", search.by);
+            span.set("assist.anchored", search.anchored);
+            span.set("assist.search_chars", search.query.chars().count() as i64);
+        }
         drop(span);
         tracing::info!(
             stage = "reformulate",
@@ -642,19 +641,19 @@ impl Pipeline {
         }
         telemetry::stage("reformulate", t.elapsed());
         let t = Instant::now();
-        let span = tracing::info_span!(target: trace::TARGET, "retrieve",
-            otel.name = "retrieval knowledge", gen_ai.operation.name = "retrieval",
-            gen_ai.data_source.id = "knowledge", assist.retrieval.count = Empty);
-        let found = self
-            .retriever
-            .find(&search.query)
-            .instrument(span.clone())
-            .await;
+        let span = trace::Span::start("retrieval knowledge", || {
+            vec![
+                KeyValue::new("gen_ai.operation.name", "retrieval"),
+                KeyValue::new("gen_ai.data_source.id", "knowledge"),
+            ]
+        });
+        let found = span.within(self.retriever.find(&search.query)).await;
         telemetry::stage("retrieve", t.elapsed());
         match &found {
             Ok(found) => self.trace_hits(&span, &search.query, &found.hits),
-            Err(_) => trace::fail(&span, "retrieval"),
+            Err(_) => span.fail("retrieval"),
         }
+        drop(span);
         let hits = match found {
             Ok(found) => {
                 tracing::info!(
@@ -695,11 +694,7 @@ impl Pipeline {
         } = prompt;
         let sources: Vec<Source> = hits.iter().map(Source::of).collect();
         let span = self.chat_span("chat", &request);
-        let chunks = match clock
-            .time(self.chat.stream(request))
-            .instrument(span.clone())
-            .await
-        {
+        let chunks = match span.within(clock.time(self.chat.stream(request))).await {
             // The upstream said so, or (llama-cpp-python, on an uncounted prompt) ended
             // the stream before a word.
             Err(e)
@@ -712,14 +707,12 @@ impl Pipeline {
                     "the upstream found the prompt too long: retrying with less context"
                 );
                 let smaller = retry.ok_or_else(|| GatewayError::from(e))?.request;
-                trace::event(&span, "retry with less context", Vec::new());
-                clock
-                    .time(self.chat.stream(smaller))
-                    .instrument(span.clone())
+                span.event("retry with less context");
+                span.within(clock.time(self.chat.stream(smaller)))
                     .await
-                    .inspect_err(|e| trace::fail(&span, spans::upstream_kind(e)))?
+                    .inspect_err(|e| span.fail(spans::upstream_kind(e)))?
             }
-            other => other.inspect_err(|e| trace::fail(&span, spans::upstream_kind(e)))?,
+            other => other.inspect_err(|e| span.fail(spans::upstream_kind(e)))?,
         };
         tracing::debug!(ms = ms(started), "upstream accepted the assistant turn");
         Ok(answer_events(

@@ -3,7 +3,8 @@
 //! (ids and scores; texts with content capture). The stages open their own spans
 //! (`trace`, docs/tracing.md).
 
-use tracing::field::Empty;
+use opentelemetry::trace::SpanKind;
+use opentelemetry::KeyValue;
 
 use super::Pipeline;
 use crate::llm::{Input, UpstreamError, UpstreamRequest};
@@ -18,28 +19,39 @@ impl Pipeline {
         &self,
         operation: &'static str,
         request: &UpstreamRequest,
-    ) -> tracing::Span {
-        if !trace::enabled() {
-            return tracing::Span::none();
+    ) -> trace::Span {
+        let current = trace::Span::current();
+        if !current.is_recording() {
+            return trace::Span::none();
         }
-        let span = tracing::info_span!(target: trace::TARGET, "chat",
-            otel.name = format!("{operation} {}", request.model).as_str(),
-            otel.kind = "client",
-            gen_ai.operation.name = operation,
-            gen_ai.provider.name = if self.config.send_num_ctx { "ollama" } else { "openai" },
-            gen_ai.request.model = request.model.as_str(),
-            gen_ai.request.stream = true,
-            server.address = self.server.0.as_str(),
-            server.port = self.server.1,
-            gen_ai.request.max_tokens = request.params.max_tokens.map(i64::from),
-            gen_ai.request.temperature = request.params.temperature,
-            // The upstream does not say which model answered: the one asked.
-            gen_ai.response.model = request.model.as_str(),
-            gen_ai.usage.input_tokens = Empty,
-            gen_ai.usage.output_tokens = Empty,
-            gen_ai.response.time_to_first_chunk = Empty,
-            assist.tools = request.tools.len() as i64,
-        );
+        let name = format!("{operation} {}", request.model);
+        let span = current.child_of_kind(name, SpanKind::Client, || {
+            let mut attributes = vec![
+                KeyValue::new("gen_ai.operation.name", operation),
+                KeyValue::new(
+                    "gen_ai.provider.name",
+                    if self.config.send_num_ctx {
+                        "ollama"
+                    } else {
+                        "openai"
+                    },
+                ),
+                KeyValue::new("gen_ai.request.model", request.model.clone()),
+                KeyValue::new("gen_ai.request.stream", true),
+                KeyValue::new("server.address", self.server.0.clone()),
+                KeyValue::new("server.port", self.server.1),
+                // The upstream does not say which model answered: the one asked.
+                KeyValue::new("gen_ai.response.model", request.model.clone()),
+                KeyValue::new("assist.tools", request.tools.len() as i64),
+            ];
+            if let Some(max) = request.params.max_tokens {
+                attributes.push(KeyValue::new("gen_ai.request.max_tokens", i64::from(max)));
+            }
+            if let Some(t) = request.params.temperature {
+                attributes.push(KeyValue::new("gen_ai.request.temperature", t));
+            }
+            attributes
+        });
         if trace::capture_content() {
             let messages = match &request.input {
                 Input::Chat(messages) => trace::messages_json(
@@ -49,7 +61,7 @@ impl Pipeline {
                 ),
                 Input::Prompt { prompt, .. } => trace::messages_json([("user", prompt.as_str())]),
             };
-            trace::set(&span, "gen_ai.input.messages", messages);
+            span.set("gen_ai.input.messages", messages);
         }
         span
     }
@@ -57,20 +69,20 @@ impl Pipeline {
     /// A search's hits on its span: ids and scores (`assist.retrieval.hits`, and as
     /// `gen_ai.retrieval.documents`, with their cleaned texts and the query when content
     /// is captured). Hits of excluded paths are left out, as they are from the prompt.
-    pub(super) fn trace_hits(&self, span: &tracing::Span, query: &str, hits: &[Scored]) {
-        if span.is_disabled() {
+    pub(super) fn trace_hits(&self, span: &trace::Span, query: &str, hits: &[Scored]) {
+        if !span.is_recording() {
             return;
         }
         let kept: Vec<&Scored> = hits
             .iter()
             .filter(|h| !self.privacy.excluded(&h.chunk.source_file))
             .collect();
-        span.record("assist.retrieval.count", kept.len() as i64);
+        span.set("assist.retrieval.count", kept.len() as i64);
         let ids = trace::documents_json(
             kept.iter()
                 .map(|h| (h.chunk.chunk_id.as_str(), h.score, None)),
         );
-        trace::set(span, "assist.retrieval.hits", ids.clone());
+        span.set("assist.retrieval.hits", ids.clone());
         if trace::capture_content() {
             let texts: Vec<String> = kept
                 .iter()
@@ -85,12 +97,12 @@ impl Pipeline {
                     .zip(&texts)
                     .map(|(h, t)| (h.chunk.chunk_id.as_str(), h.score, Some(t.as_str()))),
             );
-            trace::set(span, "gen_ai.retrieval.documents", docs);
+            span.set("gen_ai.retrieval.documents", docs);
             let mut query = query.to_string();
             let _ = self.privacy.clean(&mut query);
-            trace::set(span, "gen_ai.retrieval.query.text", query);
+            span.set("gen_ai.retrieval.query.text", query);
         } else {
-            trace::set(span, "gen_ai.retrieval.documents", ids);
+            span.set("gen_ai.retrieval.documents", ids);
         }
     }
 }

@@ -33,8 +33,8 @@ pub struct Answer {
 
 impl Pipeline {
     /// Where an answer streams from; `span` is the upstream request's, ended with it.
-    pub(super) fn upstream(&self, clock: Arc<UpstreamClock>, span: tracing::Span) -> Upstream {
-        let traced = !span.is_disabled();
+    pub(super) fn upstream(&self, clock: Arc<UpstreamClock>, span: trace::Span) -> Upstream {
+        let traced = span.is_recording();
         Upstream {
             url: self.chat.base_url().to_string(),
             idle_timeout: self.config.idle_timeout,
@@ -62,45 +62,40 @@ pub(super) struct Upstream {
     pub(super) idle_timeout: Duration,
     /// Time spent awaiting the next chunk is upstream time.
     pub(super) clock: Arc<UpstreamClock>,
-    /// The span of the request to the upstream, ended with the answer.
-    pub(super) span: tracing::Span,
+    /// The span of the request to the upstream, ended with the answer (ended, failed, or
+    /// dropped).
+    pub(super) span: trace::Span,
     /// When the upstream was asked (for the time to the first token).
     pub(super) asked: Instant,
     /// With content capture: the rules the answer is cleaned by before it is recorded.
     pub(super) privacy: Option<Arc<Privacy>>,
 }
 
-impl Drop for Upstream {
-    /// The upstream's span ends with its answer (ended, failed, or dropped).
-    fn drop(&mut self) {
-        trace::end_now(&self.span);
-    }
-}
-
 impl Upstream {
     /// The first piece of the answer arrived.
     fn first_token(&self) {
-        let secs = self.asked.elapsed().as_secs_f64();
-        self.span
-            .record("gen_ai.response.time_to_first_chunk", secs);
-        trace::event(&self.span, "first token", Vec::new());
+        if self.span.is_recording() {
+            let secs = self.asked.elapsed().as_secs_f64();
+            self.span.set("gen_ai.response.time_to_first_chunk", secs);
+            self.span.event("first token");
+        }
     }
 
     /// The answer ended well: its usage and why it stopped, and (captured) the answer.
     fn done(&self, finish: FinishReason, usage: Usage, answer: &mut String) {
         let span = &self.span;
-        if span.is_disabled() {
+        if !span.is_recording() {
             return;
         }
-        span.record("gen_ai.usage.input_tokens", usage.prompt_tokens as i64);
-        span.record("gen_ai.usage.output_tokens", usage.completion_tokens as i64);
-        trace::set_strings(span, "gen_ai.response.finish_reasons", &[finish.as_str()]);
+        span.set("gen_ai.usage.input_tokens", usage.prompt_tokens as i64);
+        span.set("gen_ai.usage.output_tokens", usage.completion_tokens as i64);
+        span.set_strings("gen_ai.response.finish_reasons", &[finish.as_str()]);
         if let Some(privacy) = &self.privacy {
             let _ = privacy.clean(answer);
             let messages = serde_json::json!([{"role": "assistant",
                 "parts": [{"type": "text", "content": answer}], "finish_reason": finish.as_str()}]);
-            trace::set(span, "gen_ai.output.messages", messages.to_string());
-            trace::set(span, "output.value", std::mem::take(answer));
+            span.set("gen_ai.output.messages", messages.to_string());
+            span.set("output.value", std::mem::take(answer));
         }
     }
 }
@@ -190,7 +185,7 @@ pub(super) fn answer_events(
                     return;
                 }
                 Err(e) => {
-                    trace::fail(&upstream.span, super::spans::upstream_kind(&e));
+                    upstream.span.fail(super::spans::upstream_kind(&e));
                     if let Some(m) = memory.take() {
                         m.save(true).await;
                     }
@@ -203,7 +198,7 @@ pub(super) fn answer_events(
             m.save(true).await;
         }
         let closed = UpstreamError::new(UpstreamErrorKind::Closed, &upstream.url, "stream ended early");
-        trace::fail(&upstream.span, "closed");
+        upstream.span.fail("closed");
         yield Event::Error(closed.into());
     }
     .boxed()

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use opentelemetry::KeyValue;
 use serde_json::Value;
 
 use super::{assemble, ms, Pipeline};
@@ -13,8 +14,6 @@ use crate::error::GatewayError;
 use crate::llm::{Input, Message, ModelCard};
 use crate::telemetry;
 use crate::trace;
-use tracing::field::Empty;
-use tracing::Instrument;
 
 /// Most the estimate reads over a real tokenizer's count (1.05–1.5× on the texts
 /// measured, docs/assistant.md, "Fitting the window"): a prompt estimated at more than this times the
@@ -33,18 +32,20 @@ impl Pipeline {
         &self,
         request: assemble::Request<'_>,
     ) -> Result<Fitted, GatewayError> {
-        let span = tracing::info_span!(target: trace::TARGET, "assemble",
-            assist.window.tokens = request.window_tokens as i64,
-            assist.answer.tokens = request.answer_tokens as i64,
-            assist.prompt.tokens = Empty, assist.prompt.counted = Empty,
-            assist.sections = Empty, assist.history.dropped = Empty);
-        let fitted = self.assemble_in(request).instrument(span.clone()).await;
+        let (window, answer) = (request.window_tokens as i64, request.answer_tokens as i64);
+        let span = trace::Span::start("assemble", || {
+            vec![
+                KeyValue::new("assist.window.tokens", window),
+                KeyValue::new("assist.answer.tokens", answer),
+            ]
+        });
+        let fitted = span.within(self.assemble_in(request)).await;
         match &fitted {
             Ok(f) => {
-                span.record("assist.prompt.tokens", f.tokens as i64);
-                span.record("assist.prompt.counted", f.counted);
+                span.set("assist.prompt.tokens", f.tokens as i64);
+                span.set("assist.prompt.counted", f.counted);
             }
-            Err(e) => trace::fail(&span, e.code.unwrap_or(e.kind)),
+            Err(e) => span.fail(e.code.unwrap_or(e.kind)),
         }
         fitted
     }
@@ -148,10 +149,10 @@ impl Pipeline {
             .filter(|r| r.kept_chars < r.chars)
             .map(|r| r.tag)
             .collect();
-        let span = tracing::Span::current();
-        trace::set_strings(&span, "assist.context.cut", &cut);
-        span.record("assist.sections", assembled.sections.len() as i64);
-        span.record("assist.history.dropped", assembled.history_dropped as i64);
+        let span = trace::Span::current();
+        span.set_strings("assist.context.cut", &cut);
+        span.set("assist.sections", assembled.sections.len() as i64);
+        span.set("assist.history.dropped", assembled.history_dropped as i64);
         tracing::info!(
             stage = "assemble",
             ms = ms(t),

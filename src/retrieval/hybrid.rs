@@ -30,9 +30,8 @@ use super::{DocType, Hit, KnowledgeChunk, Lang, Languages, LexicalIndex, VectorS
 use crate::config::RetrievalSettings;
 use crate::embed::{Embedder, TextKind};
 use crate::telemetry;
-use crate::trace::TARGET as SPANS;
-use tracing::field::Empty;
-use tracing::Instrument;
+use crate::trace;
+use opentelemetry::KeyValue;
 
 /// A BM25 search over at most this many chunks, of a question of at most
 /// `INLINE_SEARCH_BYTES`, runs on the request's own task: it takes tens of microseconds
@@ -376,23 +375,22 @@ impl Retriever {
         embedding: Option<Instant>,
     ) -> anyhow::Result<Found> {
         let n = self.settings.candidates.max(top);
-        let lexical_span = tracing::info_span!(target: SPANS, "lexical",
-            otel.name = "retrieve lexical (bm25)", assist.weight = f64::from(weights.lexical),
-            assist.candidates = Empty);
-        let lexical = async {
+        let lexical_span = trace::Span::start("retrieve lexical (bm25)", || {
+            vec![KeyValue::new("assist.weight", f64::from(weights.lexical))]
+        });
+        let lexical = lexical_span.within(async {
             if weights.lexical <= 0.0 {
                 return Ok(Vec::new());
             }
             let hits = self.lexical_hits(query, lang, n).await;
             if let Ok(hits) = &hits {
-                tracing::Span::current().record("assist.candidates", hits.len() as i64);
+                lexical_span.set("assist.candidates", hits.len() as i64);
             }
             hits
-        }
-        .instrument(lexical_span);
-        let dense_span = tracing::info_span!(target: SPANS, "dense",
-            otel.name = "retrieve dense (vectors)", assist.weight = f64::from(weights.dense),
-            assist.candidates = Empty, assist.deadline_missed = Empty);
+        });
+        let dense_span = trace::Span::start("retrieve dense (vectors)", || {
+            vec![KeyValue::new("assist.weight", f64::from(weights.dense))]
+        });
         let dense = async {
             let vector = vector.await;
             let started = Instant::now();
@@ -428,14 +426,14 @@ impl Retriever {
             hits
         };
         let deadline = Duration::from_millis(self.settings.deadline_ms);
-        let dense = async {
+        let dense = dense_span.within(async {
             match tokio::time::timeout(deadline, dense).await {
                 Ok(found) => {
-                    tracing::Span::current().record("assist.candidates", found.0.len() as i64);
+                    dense_span.set("assist.candidates", found.0.len() as i64);
                     found
                 }
                 Err(_) => {
-                    tracing::Span::current().record("assist.deadline_missed", true);
+                    dense_span.set("assist.deadline_missed", true);
                     telemetry::retrieval_deadline();
                     self.degrade(format!(
                         "the dense half did not answer within retrieval.deadline_ms ({} ms)",
@@ -444,9 +442,9 @@ impl Retriever {
                     (Vec::new(), 0)
                 }
             }
-        }
-        .instrument(dense_span);
+        });
         let (lexical, (dense, across)) = tokio::join!(lexical, dense);
+        drop((lexical_span, dense_span));
         let (lexical_weight, lexical) =
             if weights.bm25_stands_in && weights.lexical <= 0.0 && dense.is_empty() {
                 (1.0, self.lexical_hits(query, lang, n).await?)
@@ -454,19 +452,21 @@ impl Retriever {
                 (weights.lexical, lexical?)
             };
         let started = Instant::now();
-        let fuse = tracing::info_span!(target: SPANS, "fuse", otel.name = "fuse (rrf)",
-            assist.rrf_k = f64::from(self.settings.rrf_k), assist.hits = Empty);
-        let hits = fuse.in_scope(|| {
-            self.fuse(
-                query,
-                &[
-                    (lexical_weight, lexical.as_slice()),
-                    (weights.dense, dense.as_slice()),
-                ],
-                top,
-            )
+        let fuse = trace::Span::start("fuse (rrf)", || {
+            vec![KeyValue::new(
+                "assist.rrf_k",
+                f64::from(self.settings.rrf_k),
+            )]
         });
-        fuse.record("assist.hits", hits.len() as i64);
+        let hits = self.fuse(
+            query,
+            &[
+                (lexical_weight, lexical.as_slice()),
+                (weights.dense, dense.as_slice()),
+            ],
+            top,
+        );
+        fuse.set("assist.hits", hits.len() as i64);
         drop(fuse);
         telemetry::retrieval("fusion", started.elapsed());
         Ok(Found {

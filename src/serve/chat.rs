@@ -13,9 +13,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
-use tracing::field::Empty;
-use tracing::Instrument;
-
 use super::access::{Caller, KeyId, StreamGate, StreamSlot};
 use super::bounds::check_limits;
 use super::AppState;
@@ -122,18 +119,16 @@ pub async fn start(
             log.stream_slot = Some(gate.claim()?);
         }
     }
-    state
-        .pipeline
-        .run_timed(turn, owner, log.upstream.clone())
-        .instrument(log.span.clone())
-        .await
+    let run = state.pipeline.run_timed(turn, owner, log.upstream.clone());
+    log.span.within(run).await
 }
 
 /// A whole answer: the events collected; `log` learns how it ended.
 pub async fn collect(events: EventStream, log: &mut ChatLog) -> Result<Answer, GatewayError> {
-    let span = tracing::info_span!(target: trace::TARGET, parent: &log.span, "collect",
-        otel.name = "answer to client (whole)");
-    match pipeline::collect(events).instrument(span).await {
+    let span = log.span.child("answer to client (whole)", Vec::new);
+    let collected = span.within(pipeline::collect(events)).await;
+    drop(span);
+    match collected {
         Ok(answer) => {
             log.done(answer.usage);
             Ok(answer)
@@ -153,8 +148,7 @@ fn rendered<R: Render>(
     log: ChatLog,
 ) -> impl futures::Stream<Item = R::Piece> + Send {
     // The stream to the client, from its first event to its end.
-    let span = tracing::info_span!(target: trace::TARGET, parent: &log.span, "stream",
-        otel.name = "stream to client", assist.pieces = Empty);
+    let span = log.span.child("stream to client", Vec::new);
     async_stream::stream! {
         // Dropped in reverse: the stream's span, then the answer (the upstream's span),
         // then the log (the request's span) end in that order.
@@ -180,7 +174,7 @@ fn rendered<R: Render>(
                 }
                 Event::Done { finish, usage } => {
                     log.done(usage);
-                    _span.record("assist.pieces", log.deltas as i64);
+                    _span.set("assist.pieces", log.deltas as i64);
                     yield render.end(End {
                         finish,
                         usage,
@@ -420,7 +414,7 @@ pub struct ChatLog {
     /// Set when the stream was dropped because its client stopped reading.
     too_slow: Option<Arc<AtomicBool>>,
     /// The request's root span (a disabled one when traces are off).
-    span: tracing::Span,
+    span: trace::Span,
     /// The caller's key, its usage counted when the request ends.
     key: Option<Arc<KeyId>>,
     key_usage: Option<Arc<KeyUsage>>,
@@ -466,7 +460,7 @@ impl ChatLog {
     }
 
     /// The request's root span: its stages' spans are its children.
-    pub fn span(&self) -> &tracing::Span {
+    pub fn span(&self) -> &trace::Span {
         &self.span
     }
 
@@ -474,19 +468,21 @@ impl ChatLog {
     pub fn caller(&mut self, state: &AppState, caller: Option<&Caller>) {
         self.key = caller.and_then(|c| state.keys.id(c));
         self.key_usage = self.key.as_ref().and(state.usage.clone());
-        if let Some(key) = &self.key {
-            self.span.record("assist.key", key.name.as_str());
+        if let Some(key) = self.key.as_ref().filter(|_| self.span.is_recording()) {
+            self.span.set("assist.key", key.name.to_string());
         }
     }
 
     pub fn request(&mut self, model: &str, stream: bool) {
         self.model = model.to_string();
         self.stream = stream;
-        self.span.record(
-            "gen_ai.request.model",
-            truncate_chars(model, LOGGED_MODEL_CHARS),
-        );
-        self.span.record("gen_ai.request.stream", stream);
+        if self.span.is_recording() {
+            self.span.set(
+                "gen_ai.request.model",
+                truncate_chars(model, LOGGED_MODEL_CHARS).to_string(),
+            );
+            self.span.set("gen_ai.request.stream", stream);
+        }
     }
 
     pub fn delta(&mut self) {
@@ -550,16 +546,18 @@ impl Drop for ChatLog {
         }
         .record();
         let ttft_ms = ttft.map(|t| t.as_secs_f64() * 1e3);
-        self.span
-            .record("http.response.status_code", i64::from(self.status));
-        self.span.record("assist.outcome", self.outcome);
-        if let Some(ms) = ttft_ms {
-            self.span.record("assist.ttft_ms", ms);
+        if self.span.is_recording() {
+            self.span
+                .set("http.response.status_code", i64::from(self.status));
+            self.span.set("assist.outcome", self.outcome);
+            if let Some(ms) = ttft_ms {
+                self.span.set("assist.ttft_ms", ms);
+            }
+            if let Some(error) = self.error {
+                self.span.fail(error);
+            }
         }
-        if let Some(error) = self.error {
-            trace::fail(&self.span, error);
-        }
-        trace::end_now(&self.span);
+        self.span.end();
         if let Some(key) = &self.key {
             let counts = Counts {
                 requests: 1,
