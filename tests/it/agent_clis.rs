@@ -329,9 +329,21 @@ async fn claude_code_asks_the_assistant_on_the_real_model() {
     // Alone it takes about a minute; beside the other real-model tests, on two cores, it
     // has taken over 400 s.
     let (ok, stdout, stderr) = run_within(command, "claude", 900).await;
-    assert!(ok, "claude failed\nstdout: {stdout}\nstderr: {stderr}");
     let result: Value = serde_json::from_str(stdout.trim())
         .unwrap_or_else(|_| panic!("claude's JSON result: {stdout}\n{stderr}"));
+    // Claude Code samples at temperature 1, and now and then the 0.5B model runs on past
+    // CLAUDE_CODE_MAX_OUTPUT_TOKENS (seen once in CI): Claude Code then reports the
+    // `max_tokens` stop as its own error. That is the answer reaching Claude Code whole,
+    // token by token to its limit, which is what this test is about; any other error is not.
+    if result["api_error"] == "max_output_tokens" {
+        let out = result["usage"]["output_tokens"]
+            .as_u64()
+            .unwrap_or_default();
+        assert!(out >= 1024, "a max_tokens stop before the limit: {result}");
+        println!("the real model ran on to Claude Code's output limit ({out} tokens)");
+        return;
+    }
+    assert!(ok, "claude failed\nstdout: {stdout}\nstderr: {stderr}");
     assert_eq!(result["is_error"], false, "{result}");
     let answer = result["result"].as_str().unwrap_or_default();
     assert!(!answer.trim().is_empty(), "{result}");
