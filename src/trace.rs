@@ -161,8 +161,20 @@ impl opentelemetry_http::HttpClient for OnRuntime {
         self.handle
             .spawn(async move {
                 let request = reqwest::Request::try_from(request)?;
-                let response = client.execute(request).await?;
+                let response = client.execute(request).await.inspect_err(|e| {
+                    let kind = if e.is_timeout() {
+                        "timeout"
+                    } else if e.is_connect() {
+                        "connect"
+                    } else {
+                        "request"
+                    };
+                    export_failed(kind, None);
+                })?;
                 let status = response.status();
+                if !status.is_success() {
+                    export_failed("status", Some(status.as_u16()));
+                }
                 let headers = response.headers().clone();
                 let body = response.bytes().await?;
                 let mut out = http::Response::builder().status(status).body(body)?;
@@ -171,6 +183,31 @@ impl opentelemetry_http::HttpClient for OnRuntime {
             })
             .await?
     }
+}
+
+/// Seconds (since the Unix epoch) of the last warning that an export failed.
+static LAST_EXPORT_WARNING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Says in the log that the collector did not take an export: at most once a minute, with
+/// the failure's kind and the collector's status, never its URL (it may hold credentials)
+/// or a body. The spans of a failed export are lost; answers are not held up.
+fn export_failed(kind: &'static str, status: Option<u16>) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST_EXPORT_WARNING.load(Ordering::Relaxed);
+    if now.saturating_sub(last) < 60
+        || LAST_EXPORT_WARNING
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    tracing::warn!(
+        kind,
+        status,
+        "traces: the collector did not take an export (its spans are lost; said at most once a minute)"
+    );
 }
 
 /// One span of a trace: an OpenTelemetry SDK span in its context, or nothing when traces
