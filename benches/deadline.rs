@@ -24,31 +24,16 @@ mod support;
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use assist_gateway::config::{EmbeddingProvider, Provider};
 use common::{env_or, percentile};
-use futures::StreamExt;
 use serde_json::{json, Value};
 use support::{Gateway, Reply, ScriptedUpstream};
 
-/// Microseconds from sending `body` to `url` to the first bytes of its streamed answer.
+/// Microseconds from sending `body` to `url` to the first token of its streamed answer.
 async fn first_byte(client: &reqwest::Client, url: &str, body: &Value) -> u64 {
-    let started = Instant::now();
-    let response = client.post(url).json(body).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    let mut stream = response.bytes_stream();
-    let took = loop {
-        match stream.next().await {
-            Some(Ok(piece)) if piece.windows(7).any(|w| w == b"content") => {
-                break started.elapsed();
-            }
-            Some(Ok(_)) => continue,
-            _ => panic!("the stream ended before a token"),
-        }
-    };
-    while stream.next().await.is_some() {}
-    took.as_micros() as u64
+    common::first_piece(client, url, body, b"content").await
 }
 
 async fn round(url: &str, body: &Value, n: usize) -> Vec<u64> {

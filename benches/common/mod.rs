@@ -376,3 +376,29 @@ pub fn listening_field(log: &Path, field: &str) -> Option<String> {
         .find(|v| v["fields"]["message"] == "assist-gateway listening")
         .and_then(|v| v["fields"][field].as_str().map(str::to_string))
 }
+
+/// Microseconds from POSTing `body` to `url` to the first piece of its streamed answer
+/// that holds `marker` (the answer's first token); the rest of the stream is read out.
+pub async fn first_piece(
+    client: &reqwest::Client,
+    url: &str,
+    body: &serde_json::Value,
+    marker: &[u8],
+) -> u64 {
+    use futures::StreamExt;
+    let started = std::time::Instant::now();
+    let response = client.post(url).json(body).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    let took = loop {
+        match stream.next().await {
+            Some(Ok(piece)) if piece.windows(marker.len()).any(|w| w == marker) => {
+                break started.elapsed();
+            }
+            Some(Ok(_)) => continue,
+            _ => panic!("the stream ended before a token"),
+        }
+    };
+    while stream.next().await.is_some() {}
+    took.as_micros() as u64
+}
