@@ -108,6 +108,9 @@ struct Row {
     name: &'static str,
     /// The target's CPU milliseconds per 1,000 answers at 1,000 req/s (utime + stime).
     cpu_ms_per_1000: Option<f64>,
+    /// The gateway's pipeline stages at 1,000 req/s: (stage, milliseconds per 1,000
+    /// answers), from its `/metrics` before and after (gateway rows only).
+    stages: Vec<(String, f64)>,
     /// Ladder steps in order, until the first step over the largest bound.
     ladder: Vec<Step>,
     at100: Step,
@@ -189,8 +192,14 @@ async fn measure(
     upstream.clear_requests();
     run.recover(&plain, &ttft).await;
 
+    let stages_before = stage_seconds(client, &target.server).await;
     let cpu_before = target.server.pid().and_then(cpu_ticks);
     let at1000 = run.open_loop(&plain, false, 1000.0, knobs.secs).await;
+    let stages = per_1000_answers(
+        &stages_before,
+        &stage_seconds(client, &target.server).await,
+        at1000.latency_us.len(),
+    );
     // The target's own CPU time per answer at a fixed rate: what tracing adds to each
     // request, less sensitive to a busy machine than throughput.
     let cpu_ms_per_1000 = cpu_before
@@ -262,6 +271,7 @@ async fn measure(
     };
     Row {
         cpu_ms_per_1000,
+        stages,
         name,
         ladder,
         at100,
@@ -432,6 +442,7 @@ async fn bench(knobs: Knobs, pinning: Pinning, cores: usize) {
     }
     print_against_nginx(&rows, &knobs, &closed_heads);
     print_tracing_cost(&rows, &knobs, &closed_heads, &exported);
+    print_stages(&rows);
     println!();
     println!(
         "Total run: {:.0} s. Ladder: {} (each {} s); \"≥\" = the ladder's top step still met the bound.",

@@ -252,3 +252,85 @@ pub(crate) fn print_tracing_cost(
         );
     }
 }
+
+/// The gateway's time in each pipeline stage so far (`assist_pipeline_stage_seconds_sum`
+/// from its `/metrics`), in seconds; empty for other targets or when it does not answer.
+pub(crate) async fn stage_seconds(client: &reqwest::Client, server: &Server) -> Vec<(String, f64)> {
+    let Server::Gateway(g) = server else {
+        return Vec::new();
+    };
+    let Ok(text) = async {
+        client
+            .get(format!("{}/metrics", g.url))
+            .send()
+            .await?
+            .text()
+            .await
+    }
+    .await
+    else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("assist_pipeline_stage_seconds_sum{")?;
+            let (labels, value) = rest.split_once("} ")?;
+            let stage = labels
+                .split(',')
+                .find_map(|l| l.strip_prefix("stage=\""))?
+                .trim_end_matches('"');
+            Some((stage.to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Each stage's milliseconds per 1,000 answers between two `stage_seconds` readings.
+pub(crate) fn per_1000_answers(
+    before: &[(String, f64)],
+    after: &[(String, f64)],
+    answers: usize,
+) -> Vec<(String, f64)> {
+    if answers == 0 {
+        return Vec::new();
+    }
+    after
+        .iter()
+        .map(|(stage, total)| {
+            let was = before
+                .iter()
+                .find(|(s, _)| s == stage)
+                .map_or(0.0, |(_, v)| *v);
+            (stage.clone(), (total - was) * 1e6 / answers as f64)
+        })
+        .collect()
+}
+
+/// Where a gateway answer's time goes at 1,000 req/s: each pipeline stage's wall time
+/// beside the target's CPU time per answer. A stage's wall time is at least the CPU it
+/// spent (it may also have waited), so its share is an upper bound on what that stage
+/// costs the row.
+pub(crate) fn print_stages(rows: &[Row]) {
+    let rows: Vec<&Row> = rows.iter().filter(|r| !r.stages.is_empty()).collect();
+    if rows.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "Pipeline stages at 1,000 req/s: wall ms per 1,000 answers (assist_pipeline_stage_seconds), and as a share of the target's CPU ms per 1,000 answers. \
+         Wall time includes waits, so each share is an upper bound on the stage's CPU."
+    );
+    println!();
+    println!("| target | stage | wall ms per 1,000 answers | of the target's CPU |");
+    println!("|---|---|---:|---:|");
+    for row in rows {
+        for (stage, ms) in &row.stages {
+            let share = row
+                .cpu_ms_per_1000
+                .map_or("-".to_string(), |cpu| format!("{:.1} %", ms / cpu * 100.0));
+            println!("| {} | {stage} | {ms:.1} | {share} |", row.name);
+        }
+        if let Some(cpu) = row.cpu_ms_per_1000 {
+            println!("| {} | (all, CPU) | {cpu:.0} | 100 % |", row.name);
+        }
+    }
+}
