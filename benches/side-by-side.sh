@@ -7,7 +7,8 @@
 #      the package starts is stopped again (the benchmark starts its own, on a free port);
 #   2. installs litellm[proxy] (pinned: benches/litellm/requirements.txt) into its own cached venv,
 #      ~/.cache/assist-gateway/bench-venv (once; a change to the list reinstalls);
-#   3. builds the release gateway and the load generator (benches/side_by_side/main.rs);
+#   3. installs oha 1.16.0 (the closed-loop load) into ~/.cache/assist-gateway/oha (once),
+#      builds the release gateway and the bench (benches/side_by_side/main.rs);
 #   4. runs it: scripted upstream in process, then direct / nginx / LiteLLM / gateway
 #      passthrough / gateway brunix one after another under the same load, each target
 #      pinned to one core and the load on the other (taskset; BENCH_PIN=off to share them),
@@ -63,6 +64,16 @@ if [[ "$targets" == *,litellm,* ]]; then
   fi
   echo "bench: $("$venv/bin/python" -c 'import importlib.metadata as m; print("litellm", m.version("litellm"))')" >&2
 fi
+
+# oha drives the closed-loop columns: a load generator that is not the bottleneck (the
+# bench's own client was, below nginx's ceiling). Built once into the cache;
+# BENCH_OHA=off keeps the bench's own client.
+oha_root="$cache/oha"
+if [ -z "${BENCH_OHA:-}" ] && [ ! -x "$oha_root/bin/oha" ]; then
+  echo "bench: installing oha 1.16.0 into $oha_root (once)" >&2
+  CARGO_TARGET_DIR="$cache/oha-build" cargo install --locked --root "$oha_root" oha --version 1.16.0 >&2
+fi
+export BENCH_OHA="${BENCH_OHA:-$oha_root/bin/oha}"
 
 # The release profile: the same optimised gateway binary a deployment runs (the bench
 # profile would rebuild every dependency with line tables).

@@ -22,6 +22,10 @@ pub(crate) struct Knobs {
     pub(crate) nginx: PathBuf,
     pub(crate) gateway_log: String,
     pub(crate) pin: bool,
+    /// oha's executable for the closed-loop runs (`None`: the bench's own client).
+    pub(crate) oha: Option<PathBuf>,
+    /// Fixed rates of the latency columns, req/s.
+    pub(crate) rates: Vec<f64>,
 }
 
 pub(crate) fn list<T: std::str::FromStr>(name: &str, default: &str) -> Vec<T> {
@@ -80,6 +84,15 @@ impl Knobs {
             nginx: env_or("BENCH_NGINX", find_nginx()),
             gateway_log: env_or("BENCH_GATEWAY_LOG", "warn".to_string()),
             pin,
+            oha: match env_or("BENCH_OHA", String::new()).as_str() {
+                "off" => None,
+                "" => Some(PathBuf::from(format!(
+                    "{home}/.cache/assist-gateway/oha/bin/oha"
+                )))
+                .filter(|p| p.is_file()),
+                path => Some(PathBuf::from(path)),
+            },
+            rates: list("BENCH_RATES", "20,100,1000"),
         }
     }
 }

@@ -222,6 +222,9 @@ impl Runner<'_> {
         concurrency: usize,
         secs: f64,
     ) -> Closed {
+        if let Some(oha) = &self.knobs.oha {
+            return closed_loop_oha(oha, self.url, body, concurrency, secs).await;
+        }
         let (client, url, knobs) = (self.client, self.url, self.knobs);
         let done = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicU64::new(0));
@@ -468,4 +471,63 @@ pub(crate) async fn hold_streams(client: &reqwest::Client, target: &Target, knob
     }
     held.peak_open = peak.load(Ordering::Relaxed);
     held
+}
+
+/// The closed loop driven by oha (`BENCH_OHA`): `concurrency` connections for `secs`, each
+/// sending its next request when its answer has been read to the end. oha runs on this
+/// process's CPUs (a child inherits the mask). Requests still in flight at the deadline
+/// are not counted, as oha reports them apart ("aborted due to deadline").
+async fn closed_loop_oha(
+    oha: &std::path::Path,
+    url: &str,
+    body: &Bytes,
+    concurrency: usize,
+    secs: f64,
+) -> Closed {
+    let out = tokio::process::Command::new(oha)
+        .args(["--no-tui", "--output-format", "json", "-m", "POST"])
+        .args(["-H", "content-type: application/json"])
+        .args(["-c", &concurrency.to_string()])
+        .args(["-z", &format!("{}ms", (secs * 1000.0) as u64)])
+        .arg("-d")
+        .arg(std::str::from_utf8(body).unwrap())
+        .arg(url)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run oha ({}): {e}", oha.display()));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "oha's report ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let statuses = report["statusCodeDistribution"].as_object();
+    let count = |ok: bool| -> u64 {
+        statuses
+            .into_iter()
+            .flatten()
+            .filter(|(code, _)| (code.as_str() == "200") == ok)
+            .filter_map(|(_, n)| n.as_u64())
+            .sum()
+    };
+    let errors: Vec<(String, u64)> = report["errorDistribution"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(what, _)| !what.contains("deadline"))
+        .map(|(what, n)| (what.clone(), n.as_u64().unwrap_or(0)))
+        .collect();
+    let failed = count(false) + errors.iter().map(|(_, n)| n).sum::<u64>();
+    let first_error = errors
+        .first()
+        .map(|(what, _)| what.clone())
+        .or_else(|| (count(false) > 0).then(|| format!("statuses {statuses:?}")));
+    let total = report["summary"]["total"].as_f64().unwrap_or(secs);
+    Closed {
+        concurrency,
+        rate: count(true) as f64 / total,
+        errors: failed,
+        first_error,
+    }
 }

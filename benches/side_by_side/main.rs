@@ -62,7 +62,11 @@
 //! BENCH_LITELLM [~/.cache/assist-gateway/bench-venv/bin/litellm] the proxy's executable;
 //! BENCH_LITELLM_WORKERS [1 when pinned, else the number of cores] its worker processes;
 //! BENCH_NGINX [nginx on PATH, else /usr/sbin/nginx] nginx's executable;
-//! BENCH_GATEWAY_LOG [warn] the gateway's log level (LiteLLM's logging is off too).
+//! BENCH_GATEWAY_LOG [warn] the gateway's log level (LiteLLM's logging is off too);
+//! BENCH_OHA [~/.cache/assist-gateway/oha/bin/oha when there] oha's executable, which then
+//! drives the closed-loop columns (`off`: the bench's own client);
+//! BENCH_RATES [20,100,1000] the fixed rates of the latency columns (the target's CPU and
+//! stages are read at the last).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -106,15 +110,16 @@ const QUESTION: &str = "Which environment variable overrides the server port?";
 /// Everything measured for one target.
 struct Row {
     name: &'static str,
-    /// The target's CPU milliseconds per 1,000 answers at 1,000 req/s (utime + stime).
+    /// The target's CPU milliseconds per 1,000 answers at the highest fixed rate (utime +
+    /// stime).
     cpu_ms_per_1000: Option<f64>,
-    /// The gateway's pipeline stages at 1,000 req/s: (stage, milliseconds per 1,000
+    /// The gateway's pipeline stages at the highest fixed rate: (stage, milliseconds per 1,000
     /// answers), from its `/metrics` before and after (gateway rows only).
     stages: Vec<(String, f64)>,
     /// Ladder steps in order, until the first step over the largest bound.
     ladder: Vec<Step>,
-    at100: Step,
-    at1000: Step,
+    /// One open-loop run at each of `Knobs::rates`, in order.
+    fixed: Vec<Step>,
     ttft: Step,
     /// Closed loop, non-streamed, at BENCH_CONCURRENCY.
     closed: Closed,
@@ -175,10 +180,6 @@ async fn measure(
     let sampler = target.server.pid().map(RssSampler::start);
     upstream.clear_requests();
 
-    let at100 = run.open_loop(&plain, false, 100.0, knobs.secs).await;
-    eprintln!("{name}: 100 req/s: {}", at100.summary());
-    run.recover(&plain, &at100).await;
-
     let ttft = run
         .open_loop(&streamed, true, knobs.ttft_rate, knobs.secs)
         .await;
@@ -192,25 +193,33 @@ async fn measure(
     upstream.clear_requests();
     run.recover(&plain, &ttft).await;
 
-    let stages_before = stage_seconds(client, &target.server).await;
-    let cpu_before = target.server.pid().and_then(cpu_ticks);
-    let at1000 = run.open_loop(&plain, false, 1000.0, knobs.secs).await;
-    let stages = per_1000_answers(
-        &stages_before,
-        &stage_seconds(client, &target.server).await,
-        at1000.latency_us.len(),
-    );
-    // The target's own CPU time per answer at a fixed rate: what tracing adds to each
-    // request, less sensitive to a busy machine than throughput.
-    let cpu_ms_per_1000 = cpu_before
-        .zip(target.server.pid().and_then(cpu_ticks))
-        .filter(|_| !at1000.latency_us.is_empty())
-        .map(|(a, b)| {
-            (b - a) as f64 * 1000.0 / clock_ticks() / at1000.latency_us.len() as f64 * 1000.0
-        });
-    eprintln!("{name}: 1000 req/s: {}", at1000.summary());
-    upstream.clear_requests();
-    run.recover(&plain, &at1000).await;
+    // The fixed rates, lowest first; the target's CPU and its stages at the highest.
+    let mut fixed = Vec::new();
+    let (mut stages, mut cpu_ms_per_1000) = (Vec::new(), None);
+    for (i, &rate) in knobs.rates.iter().enumerate() {
+        let top = i + 1 == knobs.rates.len();
+        let stages_before = stage_seconds(client, &target.server).await;
+        let cpu_before = target.server.pid().and_then(cpu_ticks);
+        let step = run.open_loop(&plain, false, rate, knobs.secs).await;
+        if top {
+            let answers = step.latency_us.len();
+            stages = per_1000_answers(
+                &stages_before,
+                &stage_seconds(client, &target.server).await,
+                answers,
+            );
+            // The target's own CPU time per answer at a fixed rate: what tracing adds to
+            // each request, less sensitive to a busy machine than throughput.
+            cpu_ms_per_1000 = cpu_before
+                .zip(target.server.pid().and_then(cpu_ticks))
+                .filter(|_| answers > 0)
+                .map(|(a, b)| (b - a) as f64 * 1000.0 / clock_ticks() / answers as f64 * 1000.0);
+        }
+        eprintln!("{name}: {rate} req/s: {}", step.summary());
+        upstream.clear_requests();
+        run.recover(&plain, &step).await;
+        fixed.push(step);
+    }
 
     let closed = run
         .closed_loop(&plain, false, knobs.concurrency, knobs.secs)
@@ -274,8 +283,7 @@ async fn measure(
         stages,
         name,
         ladder,
-        at100,
-        at1000,
+        fixed,
         ttft,
         closed,
         streams,
@@ -392,16 +400,22 @@ async fn bench(knobs: Knobs, pinning: Pinning, cores: usize) {
                     .map(|c| format!("streams/s, c={c}")),
             )
             .collect();
+    let rate_heads: Vec<String> = knobs
+        .rates
+        .iter()
+        .map(|r| format!("added p50 / p99 @ {} req/s", thousands(*r)))
+        .collect();
     println!(
-        "| target | {} | {} | added p50 / p99 @ 100 req/s | added p50 / p99 @ 1,000 req/s | added TTFT p50 / p99 (streams @ {} req/s) | streams open at once / served in full, of {} | RSS idle MiB | RSS load MiB |",
+        "| target | {} | {} | {} | added TTFT p50 / p99 (streams @ {} req/s) | streams open at once / served in full, of {} | RSS idle MiB | RSS load MiB |",
         bounds.join(" | "),
         closed_heads.join(" | "),
+        rate_heads.join(" | "),
         knobs.ttft_rate,
         knobs.streams
     );
     println!(
-        "|---|{}---:|---:|---:|---:|---:|---:|",
-        "---:|".repeat(bounds.len() + closed_heads.len())
+        "|---|{}---:|---:|---:|---:|",
+        "---:|".repeat(bounds.len() + closed_heads.len() + rate_heads.len())
     );
     for (i, row) in rows.iter().enumerate() {
         let base_row = base.filter(|b| *b != i).map(|b| &rows[b]);
@@ -426,13 +440,18 @@ async fn bench(knobs: Knobs, pinning: Pinning, cores: usize) {
             .chain(&row.streams)
             .map(Closed::cell)
             .collect();
+        let fixed: Vec<String> = row
+            .fixed
+            .iter()
+            .enumerate()
+            .map(|(i, step)| latency_cell(step, base_row.map(|b| &b.fixed[i]), is_base, false))
+            .collect();
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} / {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} / {} | {} | {} |",
             row.name,
             maxes.join(" | "),
             closed.join(" | "),
-            latency_cell(&row.at100, base_row.map(|b| &b.at100), is_base, false),
-            latency_cell(&row.at1000, base_row.map(|b| &b.at1000), is_base, false),
+            fixed.join(" | "),
             latency_cell(&row.ttft, base_row.map(|b| &b.ttft), is_base, true),
             row.held.peak_open,
             row.held.served,

@@ -63,19 +63,34 @@ pub(crate) fn latency_cell(step: &Step, base: Option<&Step>, is_base: bool, ttft
     )
 }
 
-/// Every row against nginx's: throughput as a ratio, p50 at a fixed rate as a difference.
+/// A throughput this far below the direct upstream's at least is the target's own: closer,
+/// and the load side (client and upstream on their core) may be what stopped it.
+pub(crate) const LOAD_BOUND: f64 = 1.25;
+
+/// Every row against nginx's: throughput as a ratio, p50 and p99 at each fixed rate as
+/// differences. A closed-loop figure within `LOAD_BOUND` of the direct upstream's is the
+/// load side's ceiling, not the target's: nginx's is then a lower bound (≥, and every
+/// ratio to it an upper bound, ≤), another row's gets no ratio ("load-bound").
 pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[String]) {
     let Some(floor) = rows.iter().find(|r| r.name == "nginx") else {
         println!();
         println!("No nginx row (BENCH_TARGETS): no ratios against it.");
         return;
     };
-    let bound = knobs.bounds_ms.iter().cloned().fold(0.0, f64::max);
-    let ratio = |v: Option<f64>, base: Option<f64>| match (v, base) {
-        (Some(v), Some(b)) => format!("{} ({:.2}×)", thousands(v), v / b),
-        (Some(v), None) => thousands(v),
-        (None, _) => "failures".to_string(),
+    let direct = rows.iter().find(|r| r.name == "direct upstream");
+    let closed_of = |row: &Row| -> Vec<Option<f64>> {
+        std::iter::once(&row.closed)
+            .chain(&row.streams)
+            .map(Closed::clean_rate)
+            .collect()
     };
+    let direct_closed = direct.map(closed_of);
+    // Per column: whether a figure is clear of the load side's ceiling.
+    let clear = |i: usize, v: f64| -> Option<bool> {
+        let d = direct_closed.as_ref()?.get(i).copied().flatten()?;
+        Some(d >= LOAD_BOUND * v)
+    };
+    let bound = knobs.bounds_ms.iter().cloned().fold(0.0, f64::max);
     // The ladder's top step met, as a number ("≥" is said in the cell).
     let ladder = |row: &Row| -> (Option<f64>, bool) {
         let ceiling = row
@@ -84,66 +99,109 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
             .is_some_and(|s| s.reached() && s.p(0.99) <= bound);
         (max_rate(row, bound), ceiling)
     };
-    let p50_diff = |step: &Step, base: &Step| -> String {
+    let diff = |step: &Step, base: &Step| -> String {
         if !step.reached() {
             return format!("unreachable ({:.0} req/s achieved)", step.achieved);
         }
         if !base.reached() {
-            return format!("({:.2}; nginx's unreachable)", step.p(0.5));
+            return format!(
+                "({:.2} / {:.2}; nginx's unreachable)",
+                step.p(0.5),
+                step.p(0.99)
+            );
         }
-        format!("{:+.2}", step.p(0.5) - base.p(0.5))
+        format!(
+            "{:+.2} / {:+.2}",
+            step.p(0.5) - base.p(0.5),
+            step.p(0.99) - base.p(0.99)
+        )
     };
     println!();
     println!(
-        "Against nginx: throughput and its ratio to nginx's (×); p50 latency minus nginx's at the same rate, ms (nginx row: its own p50, in brackets). \
-         Closed-loop columns: whole answers per second with c clients, each sending its next request when its answer is complete ({} s counted each). \
+        "Against nginx: throughput and its ratio to nginx's (×); p50 / p99 latency minus nginx's at the same rate, ms (nginx row: its own, in brackets). \
+         Closed-loop columns: whole answers per second with c clients, each sending its next request when its answer is complete ({} s counted each; load: {}). \
+         A closed-loop figure that the direct upstream's does not beat by {LOAD_BOUND}× is the load side's ceiling: nginx's is then a lower bound (≥, its ratios upper bounds, ≤), another row's has no ratio (load-bound). \
          The ladder column is the open-loop \"max req/s @ p99 ≤ {bound} ms\" above.",
-        knobs.secs
+        knobs.secs,
+        knobs.oha.as_ref().map_or("the bench's own client".to_string(), |p| format!("oha ({})", p.display())),
     );
     println!();
-    println!(
-        "| target | {} | max req/s @ p99 ≤ {bound} ms (ladder) | p50 − nginx's @ 100 req/s | p50 − nginx's @ 1,000 req/s |",
-        closed_heads.join(" | ")
-    );
-    println!("|---|{}---:|---:|---:|", "---:|".repeat(closed_heads.len()));
-    let floor_closed: Vec<Option<f64>> = std::iter::once(&floor.closed)
-        .chain(&floor.streams)
-        .map(Closed::clean_rate)
+    let rate_heads: Vec<String> = knobs
+        .rates
+        .iter()
+        .map(|r| format!("p50 / p99 − nginx's @ {} req/s", thousands(*r)))
         .collect();
+    println!(
+        "| target | {} | max req/s @ p99 ≤ {bound} ms (ladder) | {} |",
+        closed_heads.join(" | "),
+        rate_heads.join(" | ")
+    );
+    println!(
+        "|---|{}---:|{}",
+        "---:|".repeat(closed_heads.len()),
+        "---:|".repeat(rate_heads.len())
+    );
+    let floor_closed = closed_of(floor);
     let (floor_ladder, _) = ladder(floor);
     for row in rows {
-        let closed: Vec<String> = std::iter::once(&row.closed)
-            .chain(&row.streams)
+        let closed: Vec<String> = closed_of(row)
+            .into_iter()
             .zip(&floor_closed)
-            .map(|(c, base)| ratio(c.clean_rate(), *base))
+            .enumerate()
+            .map(|(i, (v, base))| {
+                let Some(v) = v else {
+                    return "failures".to_string();
+                };
+                let floor_is_bound = base.is_some_and(|b| clear(i, b) == Some(false));
+                if row.name == floor.name {
+                    return if floor_is_bound {
+                        format!("≥ {}", thousands(v))
+                    } else {
+                        thousands(v)
+                    };
+                }
+                if row.name == "direct upstream" {
+                    return thousands(v);
+                }
+                match (clear(i, v), base) {
+                    (Some(false), _) => format!("{} (load-bound)", thousands(v)),
+                    (_, Some(b)) if floor_is_bound => {
+                        format!("{} (≤ {:.2}×)", thousands(v), v / b)
+                    }
+                    (_, Some(b)) => format!("{} ({:.2}×)", thousands(v), v / b),
+                    (_, None) => thousands(v),
+                }
+            })
             .collect();
         let (max, ceiling) = ladder(row);
-        let ladder_cell = match max {
-            Some(_) => format!(
-                "{}{}",
+        let ladder_cell = match (max, floor_ladder) {
+            (Some(v), Some(b)) => format!(
+                "{}{} ({:.2}×)",
                 if ceiling { "≥ " } else { "" },
-                ratio(max, floor_ladder)
+                thousands(v),
+                v / b
             ),
-            None => "none".to_string(),
+            (Some(v), None) => format!("{}{}", if ceiling { "≥ " } else { "" }, thousands(v)),
+            (None, _) => "none".to_string(),
         };
-        let (at100, at1000) = if row.name == floor.name {
-            (
-                format!("({:.2})", row.at100.p(0.5)),
-                format!("({:.2})", row.at1000.p(0.5)),
-            )
-        } else {
-            (
-                p50_diff(&row.at100, &floor.at100),
-                p50_diff(&row.at1000, &floor.at1000),
-            )
-        };
+        let fixed: Vec<String> = row
+            .fixed
+            .iter()
+            .zip(&floor.fixed)
+            .map(|(step, base)| {
+                if row.name == floor.name {
+                    format!("({:.2} / {:.2})", step.p(0.5), step.p(0.99))
+                } else {
+                    diff(step, base)
+                }
+            })
+            .collect();
         println!(
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} |",
             row.name,
             closed.join(" | "),
             ladder_cell,
-            at100,
-            at1000
+            fixed.join(" | ")
         );
     }
 }
@@ -245,8 +303,11 @@ pub(crate) fn print_tracing_cost(
             base.name,
             closed.join(" | "),
             ratio(max_rate(traced, bound), max_rate(base, bound)),
-            p50_diff(&traced.at100, &base.at100),
-            p50_diff(&traced.at1000, &base.at1000),
+            p50_diff(
+                &traced.fixed[traced.fixed.len().saturating_sub(2)],
+                &base.fixed[base.fixed.len().saturating_sub(2)]
+            ),
+            p50_diff(traced.fixed.last().unwrap(), base.fixed.last().unwrap()),
             cpu,
             sent,
         );
