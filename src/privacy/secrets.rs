@@ -367,7 +367,7 @@ impl Secrets {
 }
 
 /// Candidates of the generic rule: a key naming a credential, an operator, a value.
-const GENERIC: &str = r#"(?i)(?P<key>[a-z0-9_.-]{0,40}?(?:passw(?:or)?d|passwort|passphrase|contrase(?:n|ñ)a|pwd|pass|secret|token|api[_.-]?key|apikey|access[_.-]?key|accesskey|auth[_.-]?key|private[_.-]?key|client[_.-]?secret|credentials?|creds)[a-z0-9_.-]{0,30})["']?\]?(?P<sp1>\s{0,3})(?P<op>:=|=>|==|!=|\?=|=|:)(?P<sp2>\s{0,3})(?:"(?P<dq>[^"\s\\]{1,300})"|'(?P<sq>[^'\s\\]{1,300})'|`(?P<bq>[^`\s]{1,300})`|(?P<bare>[^\s"'`,;()\[\]{}<>&#\\]{1,300})(?P<call>[(\[<{]?))"#;
+const GENERIC: &str = r#"(?i)(?P<key>[a-z0-9_.-]{0,40}?(?:passw(?:or)?d|passwort|passphrase|contrase(?:n|ñ)a|pwd|pass|secret|token|api[_.-]?key|apikey|access[_.-]?key|accesskey|auth[_.-]?key|private[_.-]?key|client[_.-]?secret|credentials?|creds)[a-z0-9_.-]{0,30})["']?\]?(?P<sp1>\s{0,3})(?P<op>:=|=>|==|!=|\?=|=|:)(?P<sp2>\s{0,3})(?:"(?P<dq>[^"\s\\]+)"|'(?P<sq>[^'\s\\]+)'|`(?P<bq>[^`\s]+)`|(?P<bare>[^\s"'`,;()\[\]{}<>&#\\]+)(?P<call>[(\[<{]?))"#;
 
 /// A whole value that is a template or a reference, not a secret.
 const TEMPLATE: &str = r"(?i)^(?:\$\{[^}]*\}|\$\([^)]*\)|\$[A-Za-z_][A-Za-z0-9_]*|\{\{.*\}\}|\{[A-Za-z0-9_.-]*\}|<[^>]*>|%\([A-Za-z0-9_]+\)[sd]|%[A-Za-z_][A-Za-z0-9_]*%|@[A-Za-z_][A-Za-z0-9_]*@|\[[^\]]*\]|#\{[^}]*\})$";
