@@ -654,6 +654,22 @@ mod tests {
     }
 
     #[test]
+    fn long_values_are_redacted_whole() {
+        let s = Secrets::load(None).unwrap();
+        // Longer than the rules' old bounds (256 characters in a URL, 300 in an
+        // assignment): such values were once left whole or cut at the bound.
+        let long: String = "x7Qm9Lp2".repeat(50);
+        let url = format!("DATABASE=postgres://app:{long}@db.internal:5432/shop");
+        assert_eq!(
+            redacted(&s, &url),
+            "DATABASE=postgres://app:[REDACTED db_password]@db.internal:5432/shop"
+        );
+        let assignment = format!("client_secret = \"{long}\"");
+        let out = redacted(&s, &assignment);
+        assert!(!out.contains("x7Qm9Lp2"), "{out}");
+    }
+
+    #[test]
     fn ordinary_code_is_left_alone() {
         let s = Secrets::load(None).unwrap();
         for code in [
