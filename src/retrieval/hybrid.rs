@@ -20,7 +20,7 @@
 //! holds it.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -555,13 +555,13 @@ impl Retriever {
             .collect();
         let fused = rrf(&ranked_lists, self.settings.rrf_k);
         let definition = is_definition_question(query);
-        let find = |id: &str| {
-            lists
-                .iter()
-                .flat_map(|(_, hits)| hits.iter())
-                .find(|h| h.chunk.chunk_id == id)
-                .map(|h| h.chunk.as_ref())
-        };
+        let mut by_id: HashMap<&str, &KnowledgeChunk> = HashMap::new();
+        for (_, hits) in lists {
+            for h in hits.iter() {
+                by_id.entry(h.chunk.chunk_id.as_str()).or_insert(&h.chunk);
+            }
+        }
+        let find = |id: &str| by_id.get(id).copied();
         let mut ranked: Vec<(&KnowledgeChunk, f32)> = fused
             .into_iter()
             .filter_map(|(id, score)| {
@@ -575,8 +575,17 @@ impl Retriever {
             })
             .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
-        let mut seen_text = HashSet::new();
-        ranked.retain(|(chunk, _)| seen_text.insert(chunk.text.trim()));
+        // The same text under two ids once. Compared by length first: hashing every
+        // candidate's whole text cost more than the rest of the fusion.
+        let mut kept: Vec<&str> = Vec::with_capacity(ranked.len());
+        ranked.retain(|(chunk, _)| {
+            let text = chunk.text.trim();
+            let repeated = kept.iter().any(|k| k.len() == text.len() && *k == text);
+            if !repeated {
+                kept.push(text);
+            }
+            !repeated
+        });
         // Only the chunks kept are copied out of the lists.
         spread_over_files(ranked, top, self.settings.max_chunks_per_file)
             .into_iter()
