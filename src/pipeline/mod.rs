@@ -192,6 +192,8 @@ pub struct Pipeline {
     server: (String, i64),
     /// Completions answered lately, for the same request again.
     recent_fills: Arc<completion::recent::Recent>,
+    /// Retrieved chunks as `[privacy]` left them, by chunk id (`protect_hits`).
+    clean_chunks: protect::CleanChunks,
 }
 
 /// The Ollama options a client may set for the assistant: sampling only. Any other
@@ -275,6 +277,7 @@ impl Pipeline {
             scale: std::sync::atomic::AtomicU64::new(1.0f64.to_bits()),
             server,
             recent_fills: Arc::default(),
+            clean_chunks: protect::CleanChunks::default(),
         }
     }
 

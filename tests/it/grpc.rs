@@ -797,11 +797,6 @@ async fn grpc_requests_are_logged_and_measured_without_their_content() {
     }
 }
 
-async fn get_text(url: &str) -> (u16, String) {
-    let r = client().get(url).send().await.unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
-}
-
 /// A call whose message never comes: the request stream stays open.
 async fn call_without_message(
     gw: &Gateway,

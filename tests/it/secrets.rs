@@ -427,3 +427,53 @@ async fn the_log_names_kinds_and_counts_never_values() {
     assert!(log.contains("github_token"), "{log}");
     assert_clean("the log", &log);
 }
+
+/// The sum of `assist_secrets_redacted_total` for one `where`.
+async fn redacted_in(gw: &Gateway, place: &str) -> f64 {
+    let (status, body) = get_text(&gw.url("/metrics")).await;
+    assert_eq!(status, 200);
+    body.lines()
+        .filter(|l| l.starts_with("assist_secrets_redacted_total{"))
+        .filter(|l| l.contains(&format!("where=\"{place}\"")))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn an_index_written_before_redaction_is_cleaned_every_time_it_is_used() {
+    let up = ScriptedUpstream::start().await;
+    let knowledge = knowledge_with_secrets();
+    // Ingested with redaction off: the index holds the secrets as written.
+    let (mut settings, data) = test_settings(&up, Provider::Ollama, false, |s| {
+        s.privacy.redact_secrets = false;
+    })
+    .await;
+    assist_gateway::app::ingest(
+        &settings,
+        &[knowledge.path().to_path_buf()],
+        false,
+        &assist_gateway::ingest::Quiet,
+    )
+    .await
+    .unwrap();
+    settings.privacy.redact_secrets = true;
+    let gw = Gateway::with_settings(settings).await.holding(data);
+    let token = &planted()[1].1;
+    let body = json!({"model": "brunix", "stream": false,
+        "messages": [{"role": "user", "content": "how does the deploy bot authenticate? what token does the deployment setup use?"}]});
+    let mut counted = redacted_in(&gw, "knowledge").await;
+    // The same chunks twice: cleaned (and counted) the second time as the first.
+    for ask in 1..=2 {
+        let (status, _, text) = post(&gw.url("/v1/chat/completions"), body.clone()).await;
+        assert_eq!(status, 200, "{text}");
+        let prompt = prompt_text(&up.last_request());
+        assert!(
+            prompt.contains("[REDACTED github_token]"),
+            "ask {ask}: the setup file was retrieved and cleaned: {prompt}"
+        );
+        assert!(!prompt.contains(token.as_str()), "ask {ask}: {prompt}");
+        let now = redacted_in(&gw, "knowledge").await;
+        assert!(now > counted, "ask {ask}: counted {counted} then {now}");
+        counted = now;
+    }
+}

@@ -1450,6 +1450,11 @@ pub async fn post(
     (status, headers, r.text().await.unwrap())
 }
 
+pub async fn get_text(url: &str) -> (u16, String) {
+    let r = client().get(url).send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
 pub async fn get_json(url: &str) -> (u16, Value) {
     let r = client().get(url).send().await.unwrap();
     let status = r.status().as_u16();
