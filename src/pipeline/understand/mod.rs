@@ -82,6 +82,40 @@ fn folded_words(text: &str) -> Vec<String> {
     words_of(text).iter().map(|w| fold(w)).collect()
 }
 
+/// The phrases of `list` (folded) that stand in `text` (folded) as whole words, each once,
+/// found in one pass of `automaton` (built over `list`, in its order); without one, phrase
+/// by phrase.
+fn phrases_in(
+    text: &str,
+    list: &'static [&'static str],
+    automaton: Option<&aho_corasick::AhoCorasick>,
+) -> Vec<&'static str> {
+    let Some(automaton) = automaton else {
+        return list
+            .iter()
+            .filter(|p| contains_phrase(text, p))
+            .copied()
+            .collect();
+    };
+    let boundary = |c: Option<char>| c.is_none_or(|c| !c.is_alphanumeric());
+    let mut found: Vec<&'static str> = automaton
+        .find_overlapping_iter(text)
+        .filter(|m| {
+            boundary(text[..m.start()].chars().next_back())
+                && boundary(text[m.end()..].chars().next())
+        })
+        .filter_map(|m| list.get(m.pattern().as_usize()).copied())
+        .collect();
+    found.sort_unstable();
+    found.dedup();
+    found
+}
+
+/// An automaton over a phrase list, for `phrases_in` (`None` if it cannot be built).
+fn phrase_automaton(list: &[&str]) -> Option<aho_corasick::AhoCorasick> {
+    aho_corasick::AhoCorasick::new(list).ok()
+}
+
 /// Whether `phrase` (folded) stands in `text` (folded) as whole words.
 fn contains_phrase(text: &str, phrase: &str) -> bool {
     let mut from = 0;

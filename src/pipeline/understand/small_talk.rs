@@ -1,6 +1,8 @@
 //! Small talk: a message that is nothing but greetings, thanks and acknowledgements, or
 //! that asks about the conversation itself, is answered without a search.
 
+use std::sync::LazyLock;
+
 use super::*;
 use crate::context::EditorContext;
 
@@ -172,11 +174,9 @@ pub fn small_talk(message: &str) -> Option<&'static str> {
     if about_the_answers(&folded, &words) {
         return Some("about-the-conversation");
     }
-    let phrases: Vec<&str> = ABOUT_THE_CONVERSATION
-        .iter()
-        .filter(|p| contains_phrase(&folded, p))
-        .copied()
-        .collect();
+    static PHRASES: LazyLock<Option<aho_corasick::AhoCorasick>> =
+        LazyLock::new(|| phrase_automaton(ABOUT_THE_CONVERSATION));
+    let phrases = phrases_in(&folded, ABOUT_THE_CONVERSATION, PHRASES.as_ref());
     if phrases.is_empty() {
         return None;
     }
