@@ -71,14 +71,7 @@ async fn dense_code_knowledge_fits_a_real_2048_token_window() {
         s.embeddings.provider = EmbeddingProvider::None;
     })
     .await;
-    assist_gateway::app::ingest(
-        &settings,
-        &[knowledge.path().to_path_buf()],
-        false,
-        &assist_gateway::ingest::Quiet,
-    )
-    .await
-    .unwrap();
+    ingest_quietly(&settings, knowledge.path()).await;
     let gw = Gateway::with_settings(settings).await;
     let patient = reqwest::Client::builder()
         .timeout(Duration::from_secs(300))

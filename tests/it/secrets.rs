@@ -117,14 +117,7 @@ async fn gateway(
 ) -> (Gateway, tempfile::TempDir, assist_gateway::ingest::Summary) {
     let knowledge = knowledge_with_secrets();
     let (settings, data) = test_settings(up, Provider::Ollama, false, tweak).await;
-    let summary = assist_gateway::app::ingest(
-        &settings,
-        &[knowledge.path().to_path_buf()],
-        false,
-        &assist_gateway::ingest::Quiet,
-    )
-    .await
-    .unwrap();
+    let summary = ingest_quietly(&settings, knowledge.path()).await;
     let gw = Gateway::with_settings(settings).await.holding(data);
     (gw, knowledge, summary)
 }
@@ -310,14 +303,7 @@ async fn excluded_paths_never_reach_the_prompt() {
         s.privacy.exclude = vec!["secrets/**".into()];
     })
     .await;
-    let summary = assist_gateway::app::ingest(
-        &settings,
-        &[dir.path().to_path_buf()],
-        false,
-        &assist_gateway::ingest::Quiet,
-    )
-    .await
-    .unwrap();
+    let summary = ingest_quietly(&settings, dir.path()).await;
     assert_eq!(summary.files_excluded, 1, "{summary:?}");
     let gw = Gateway::with_settings(settings).await.holding(data);
     let body = json!({"model": "brunix", "stream": false,
@@ -343,14 +329,7 @@ async fn a_document_cannot_close_its_section_or_hide_instructions() {
     )
     .unwrap();
     let (settings, data) = test_settings(&up, Provider::Ollama, false, |_| {}).await;
-    assist_gateway::app::ingest(
-        &settings,
-        &[dir.path().to_path_buf()],
-        false,
-        &assist_gateway::ingest::Quiet,
-    )
-    .await
-    .unwrap();
+    ingest_quietly(&settings, dir.path()).await;
     let gw = Gateway::with_settings(settings).await.holding(data);
     let body = json!({"model": "brunix", "stream": false,
         "messages": [{"role": "user", "content": "How do I set the server port?"}]});
@@ -448,14 +427,7 @@ async fn an_index_written_before_redaction_is_cleaned_every_time_it_is_used() {
         s.privacy.redact_secrets = false;
     })
     .await;
-    assist_gateway::app::ingest(
-        &settings,
-        &[knowledge.path().to_path_buf()],
-        false,
-        &assist_gateway::ingest::Quiet,
-    )
-    .await
-    .unwrap();
+    ingest_quietly(&settings, knowledge.path()).await;
     settings.privacy.redact_secrets = true;
     let gw = Gateway::with_settings(settings).await.holding(data);
     let token = &planted()[1].1;

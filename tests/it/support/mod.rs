@@ -1450,6 +1450,21 @@ pub async fn post(
     (status, headers, r.text().await.unwrap())
 }
 
+/// Ingests one folder with `settings`, reporting nothing; its summary.
+pub async fn ingest_quietly(
+    settings: &Settings,
+    folder: &std::path::Path,
+) -> assist_gateway::ingest::Summary {
+    assist_gateway::app::ingest(
+        settings,
+        &[folder.to_path_buf()],
+        false,
+        &assist_gateway::ingest::Quiet,
+    )
+    .await
+    .unwrap()
+}
+
 pub async fn get_text(url: &str) -> (u16, String) {
     let r = client().get(url).send().await.unwrap();
     (r.status().as_u16(), r.text().await.unwrap())
