@@ -1,7 +1,8 @@
 //! Usage per API key, as a key's holder and an operator see it: named keys, answers and
 //! tokens counted per key name over HTTP and gRPC (`GET /v1/usage`, the caller's own;
 //! `assist_key_*` metrics), never the key itself; the keys' own limits (tokens per day,
-//! answers per minute) refused with 429 and retry-after in each dialect's shape, and
+//! answers per minute) refused with 429 and retry-after in each dialect's shape (MCP's
+//! `ask`: a JSON-RPC error with the status and retry-after as data), and
 //! kept in the session store's backend: the embedded one, and Redis shared by two
 //! replicas.
 
@@ -71,6 +72,47 @@ async fn grpc_ask(addr: std::net::SocketAddr, key: &str) -> Result<String, tonic
         text.push_str(&m.text);
     }
     Ok(text)
+}
+
+/// MCP's `ask` tool called with `key` over streamable HTTP (initialize, initialized, the
+/// call): the call's JSON-RPC response.
+async fn mcp_ask(base: &str, key: &str) -> Value {
+    let post = |body: Value, session: Option<String>| {
+        let mut rb = client()
+            .post(format!("{base}/mcp"))
+            .bearer_auth(key)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(id) = session {
+            rb = rb.header("mcp-session-id", id);
+        }
+        rb.send()
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {},
+        "clientInfo": {"name": "key-usage-test", "version": "1"}}});
+    let r = post(init, None).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let session = r
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    r.text().await.unwrap();
+    let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert!(post(done, session.clone())
+        .await
+        .unwrap()
+        .status()
+        .is_success());
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "ask", "arguments": {"question": "what is ormDirect?"}}});
+    let text = post(call, session).await.unwrap().text().await.unwrap();
+    // A JSON body, or server-sent events whose data lines carry the response.
+    std::iter::once(text.as_str())
+        .chain(text.lines().filter_map(|l| l.strip_prefix("data:")))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|v| v["id"] == 2)
+        .unwrap_or_else(|| panic!("no response to the call: {text}"))
 }
 
 async fn usage(base: &str, key: &str) -> Value {
@@ -207,6 +249,21 @@ async fn scenario(replicas: [(String, std::net::SocketAddr); 2], tag: &str, up: 
         "{refused:?}"
     );
     assert!(refused.metadata().get("retry-after").is_some());
+    // MCP's `ask`: a JSON-RPC error saying the limit, with its status and when to retry.
+    let refused = mcp_ask(&a, CAROL).await;
+    let error = &refused["error"];
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("tokens for the day"),
+        "{refused}"
+    );
+    assert_eq!(error["data"]["status"], 429, "{refused}");
+    assert!(
+        error["data"]["retry_after"].as_u64().unwrap() > 0,
+        "{refused}"
+    );
     // Others are not limited by carol's spending.
     assert_eq!(chat(&b, ALICE, "brunix").await.0, 200);
 
