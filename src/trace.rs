@@ -107,6 +107,12 @@ impl Tracing {
                     .build()?
             }
         };
+        // OTLP/HTTP's failures are said where its requests are sent (`OnRuntime`), with
+        // their kind; gRPC's here, from the export's result.
+        let exporter = Watched {
+            inner: exporter,
+            grpc: settings.otlp_protocol == OtlpProtocol::Grpc,
+        };
         let processor = BatchSpanProcessor::builder(exporter)
             .with_batch_config(
                 BatchConfigBuilder::default()
@@ -182,6 +188,43 @@ impl opentelemetry_http::HttpClient for OnRuntime {
                 Ok::<_, opentelemetry_http::HttpError>(out)
             })
             .await?
+    }
+}
+
+/// An exporter whose failed exports are said in the log (`export_failed`) when `grpc`.
+#[derive(Debug)]
+struct Watched {
+    inner: SpanExporter,
+    grpc: bool,
+}
+
+impl opentelemetry_sdk::trace::SpanExporter for Watched {
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        let result = self.inner.export(batch).await;
+        if let (true, Err(e)) = (self.grpc, &result) {
+            // Never the error's text: it may name the endpoint.
+            let kind = match e {
+                opentelemetry_sdk::error::OTelSdkError::Timeout(_) => "timeout",
+                _ => "rpc",
+            };
+            export_failed(kind, None);
+        }
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use assist_gateway::config::Provider;
+use assist_gateway::config::{OtlpProtocol, Provider};
 use assist_gateway::grpc::pb::assistance_engine_client::AssistanceEngineClient;
 use assist_gateway::grpc::pb::AgentRequest;
 use serde_json::{json, Value};
@@ -676,4 +676,44 @@ async fn a_collector_that_is_down_is_said_in_the_log_and_holds_nothing_up() {
         !log.contains("s3cret-TOKEN"),
         "the endpoint's credentials were logged:\n{log}"
     );
+}
+
+/// The same over OTLP/gRPC: a collector that is not there is said in the log, once a
+/// minute, and never with the credentials sent to it.
+#[tokio::test]
+async fn a_grpc_collector_that_is_down_is_said_in_the_log_too() {
+    let up = ScriptedUpstream::start().await;
+    let port = free_port(); // nobody listens on it
+    let gw = Spawned::with_knowledge(&up, Provider::Openai, move |s| {
+        s.telemetry.otlp_endpoint = Some(format!("http://127.0.0.1:{port}"));
+        s.telemetry.otlp_protocol = OtlpProtocol::Grpc;
+        s.telemetry
+            .otlp_headers
+            .insert("authorization".into(), "Bearer s3cret-TOKEN".into());
+        s.telemetry.export_delay = Duration::from_millis(100);
+    })
+    .await;
+    up.set_default(Reply::tokens(&ANSWER));
+    for _ in 0..3 {
+        let (status, body) = ask(
+            &gw.url("/v1/chat/completions"),
+            &client_trace().0,
+            json!({"model": "brunix", "stream": true, "messages": [{"role": "user", "content": QUESTION}]}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            sse_text(&sse_events(&body)).contains("ANSWER_MARKER_72"),
+            "{body}"
+        );
+    }
+    let said = "the collector did not take an export";
+    assert!(
+        eventually(30, || gw.log().contains(said)).await,
+        "no word of the failed export:\n{}",
+        gw.log()
+    );
+    let log = gw.log();
+    assert_eq!(log.matches(said).count(), 1, "{log}");
+    assert!(!log.contains("s3cret-TOKEN"), "{log}");
 }
