@@ -142,7 +142,9 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
         "---:|".repeat(rate_heads.len())
     );
     let floor_closed = closed_of(floor);
-    let (floor_ladder, _) = ladder(floor);
+    // nginx still meeting the ladder's top step: its rate is a lower bound, ratios to it
+    // upper bounds.
+    let (floor_ladder, floor_at_top) = ladder(floor);
     for row in rows {
         let closed: Vec<String> = closed_of(row)
             .into_iter()
@@ -176,9 +178,14 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
         let (max, ceiling) = ladder(row);
         let ladder_cell = match (max, floor_ladder) {
             (Some(v), Some(b)) => format!(
-                "{}{} ({:.2}×)",
+                "{}{} ({}{:.2}×)",
                 if ceiling { "≥ " } else { "" },
                 thousands(v),
+                if floor_at_top && row.name != floor.name {
+                    "≤ "
+                } else {
+                    ""
+                },
                 v / b
             ),
             (Some(v), None) => format!("{}{}", if ceiling { "≥ " } else { "" }, thousands(v)),
@@ -266,12 +273,19 @@ pub(crate) fn print_tracing_cost(
     );
     println!();
     println!(
-        "| target | {} | max req/s @ p99 ≤ {bound} ms | p50 traced − untraced @ 100 req/s | @ 1,000 req/s | target CPU ms per 1,000 answers @ 1,000 req/s | exports (bytes) |",
-        closed_heads.join(" | ")
+        "| target | {} | max req/s @ p99 ≤ {bound} ms | {} | target CPU ms per 1,000 answers @ {} req/s | exports (bytes) |",
+        closed_heads.join(" | "),
+        knobs
+            .rates
+            .iter()
+            .map(|r| format!("p50 traced − untraced @ {} req/s", thousands(*r)))
+            .collect::<Vec<_>>()
+            .join(" | "),
+        knobs.rates.last().map_or("-".to_string(), |r| thousands(*r)),
     );
     println!(
-        "|---|{}---:|---:|---:|---:|---:|",
-        "---:|".repeat(closed_heads.len())
+        "|---|{}---:|---:|---:|---:|",
+        "---:|".repeat(closed_heads.len() + knobs.rates.len())
     );
     let p50_diff = |t: &Step, b: &Step| {
         if t.reached() && b.reached() {
@@ -299,15 +313,17 @@ pub(crate) fn print_tracing_cost(
             _ => "-".to_string(),
         };
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             base.name,
             closed.join(" | "),
             ratio(max_rate(traced, bound), max_rate(base, bound)),
-            p50_diff(
-                &traced.fixed[traced.fixed.len().saturating_sub(2)],
-                &base.fixed[base.fixed.len().saturating_sub(2)]
-            ),
-            p50_diff(traced.fixed.last().unwrap(), base.fixed.last().unwrap()),
+            traced
+                .fixed
+                .iter()
+                .zip(&base.fixed)
+                .map(|(t, b)| p50_diff(t, b))
+                .collect::<Vec<_>>()
+                .join(" | "),
             cpu,
             sent,
         );
