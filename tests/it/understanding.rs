@@ -215,6 +215,45 @@ async fn a_follow_up_is_searched_with_its_subject() {
     );
 }
 
+/// With the model rewriting queries (`reformulator.mode = "llm"`), a follow-up the rules
+/// resolve from the history keeps their query and costs no model call; a question that
+/// carries its own subject is still rewritten.
+#[tokio::test]
+async fn with_the_llm_reformulator_a_resolved_follow_up_asks_no_model() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
+        s.reformulator.mode = assist_gateway::config::ReformulatorMode::Llm;
+    })
+    .await;
+    let history = |last: &str| {
+        json!({"model": "brunix", "stream": false, "messages": [
+            {"role": "user", "content": "What is registerEndpoint?"},
+            {"role": "assistant", "content": "It registers a route."},
+            {"role": "user", "content": last}]})
+    };
+    up.push(Reply::tokens(&["Here is one."]));
+    let v = ask(&gw, history("Can you show me an example?")).await;
+    assert_eq!(v["choices"][0]["message"]["content"], "Here is one.");
+    assert_eq!(up.requests().len(), 1, "only the answer went upstream");
+    let files: Vec<&str> = v["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(3)
+        .map(|s| s["file"].as_str().unwrap())
+        .collect();
+    assert!(files.contains(&"docs/en/endpoints.md"), "{files:?}");
+
+    up.push(Reply::tokens(&["configure server port"]));
+    up.push(Reply::tokens(&["Set it in the config."]));
+    let v = ask(&gw, history("How do I configure the server port?")).await;
+    assert_eq!(
+        v["choices"][0]["message"]["content"],
+        "Set it in the config."
+    );
+    assert_eq!(up.requests().len(), 3, "a rewrite, then the answer");
+}
+
 /// Each turn's log line says the decisions and the rules that made them (never the
 /// text), and `assist_turn_decisions_total` counts them.
 #[tokio::test]

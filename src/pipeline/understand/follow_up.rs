@@ -2,6 +2,8 @@
 //! earlier user messages that do.
 
 use super::*;
+use std::collections::HashSet;
+
 use crate::llm::{Message, Role};
 
 /// Words that say "the same subject as before" and nothing of their own.
@@ -101,6 +103,24 @@ pub(super) fn infinitive_with_clitic(w: &str) -> bool {
             stem.len() >= 4 && ["ar", "er", "ir"].iter().any(|e| stem.ends_with(e))
         })
     })
+}
+
+/// Whether `rewrite`, a model's search query for `message`, brings in a subject from the
+/// conversation: a word of its own that the message does not hold and one of the last
+/// earlier user messages does. A rewrite that does not only restates a question that
+/// carries its own subject.
+pub fn brings_subject_from_history(rewrite: &str, message: &str, history: &[Message]) -> bool {
+    let asked: HashSet<String> = folded_words(message).into_iter().collect();
+    let earlier: HashSet<String> = history
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::User)
+        .take(FOLLOW_UP_REACH)
+        .flat_map(|m| folded_words(&m.content))
+        .collect();
+    own_words(rewrite)
+        .iter()
+        .any(|w| !asked.contains(w) && earlier.contains(w))
 }
 
 /// Most earlier user messages a follow-up's search reaches back over.

@@ -31,7 +31,7 @@ mod small_talk;
 use code::*;
 pub use editor::editor_reference;
 use editor::*;
-pub use follow_up::{follow_up_query, lacks_subject};
+pub use follow_up::{brings_subject_from_history, follow_up_query, lacks_subject};
 use small_talk::*;
 pub use small_talk::{conversation_only, small_talk};
 

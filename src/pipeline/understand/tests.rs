@@ -141,3 +141,39 @@ fn follow_ups_are_searched_with_the_subject_before_them() {
     );
     assert_eq!(follow_up_query("Can you show me an example?", &[]), None);
 }
+
+#[test]
+fn a_rewrite_brings_a_subject_only_with_a_word_from_the_turns_before() {
+    let history = vec![
+        Message::text(Role::User, "What is registerEndpoint?"),
+        Message::text(Role::Assistant, "It registers a route with its handler."),
+    ];
+    let asked = "How do I add a path parameter?";
+    assert!(brings_subject_from_history(
+        "registerEndpoint add path parameter",
+        asked,
+        &history
+    ));
+    // A restatement, or words only the answer before holds, bring nothing.
+    assert!(!brings_subject_from_history(
+        "add path parameter",
+        asked,
+        &history
+    ));
+    assert!(!brings_subject_from_history(
+        "path parameter handler route",
+        asked,
+        &history
+    ));
+    // Nor do generic words the turn before happens to share ("what", "is").
+    assert!(!brings_subject_from_history(
+        "what is a path parameter",
+        asked,
+        &history
+    ));
+    assert!(!brings_subject_from_history(
+        "registerEndpoint path parameter",
+        asked,
+        &[]
+    ));
+}
