@@ -4,10 +4,11 @@
 //! conversation); `llm` adds the upstream model's rewrite to the query of a message the
 //! rules take as carrying its own subject (a follow-up they resolve keeps their query),
 //! written for the kind of question (compressed for RETRIEVAL, mapped to the knowledge
-//! base's commands for CODE_GENERATION; CONVERSATIONAL is never rewritten). Either way the query stays in the
-//! user's language, and when the message is about the selected code the search is anchored
-//! on it: the model sees the selection, and without a model the selection's identifiers
-//! are added to the query. Any failure leaves the message as it was asked.
+//! base's commands for CODE_GENERATION; CONVERSATIONAL is never rewritten) and searched
+//! only when it brings in a subject from the conversation. Either way the query stays in
+//! the user's language, and when the message is about the selected code the search is
+//! anchored on it: the selection's identifiers are added to the query (the model sees the
+//! selection too). Any failure leaves the message as it was asked.
 
 use std::collections::HashSet;
 use std::sync::Arc;

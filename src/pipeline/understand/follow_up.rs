@@ -107,7 +107,7 @@ pub(super) fn infinitive_with_clitic(w: &str) -> bool {
 
 /// Whether `rewrite`, a model's search query for `message`, brings in a subject from the
 /// conversation: a word of its own that the message does not hold and one of the last
-/// earlier user messages does. A rewrite that does not only restates a question that
+/// earlier user messages does. Otherwise the rewrite only restates a question that
 /// carries its own subject.
 pub fn brings_subject_from_history(rewrite: &str, message: &str, history: &[Message]) -> bool {
     let asked: HashSet<String> = folded_words(message).into_iter().collect();
