@@ -52,7 +52,7 @@ pub(super) const ORDINALS: &[&str] = &[
     "first", "second", "third", "fourth", "last", "next", "previous", "other", "same", "1st",
     "2nd", "3rd", "4th", "top", "bottom", "inner", "outer", "primer", "primera", "primero",
     "segundo", "segunda", "tercer", "tercera", "ultimo", "ultima", "siguiente", "anterior",
-    "otro", "otra", "mismo", "misma",
+    "otro", "otra", "mismo", "misma", "two", "three", "both", "dos", "tres", "ambos", "ambas",
 ];
 
 pub(super) const DEFINITE: &[&str] = &[
@@ -157,6 +157,26 @@ pub(super) const OWN_SUBJECT: &[&str] = &[
     "does the", "do the", "can the", "is the", "are the", "will the", "does a", "can a", "is a", "are there any", "hace el", "puede el", "tiene el", "soporta", "is brisa",
 ];
 
+/// What is written for code that exists: asked with the code named by its kind, it is
+/// about that code.
+const FOR_CODE_AT_HAND: &[&str] = &[
+    "test",
+    "tests",
+    "unittest",
+    "unittests",
+    "prueba",
+    "pruebas",
+    "docstring",
+    "docstrings",
+    "docs",
+    "documentacion",
+    "comments",
+    "comentarios",
+    "types",
+    "tipos",
+    "typings",
+];
+
 /// Whether the message refers to the code in the editor, and by which rule. Needs code to
 /// refer to (selection, open file, attached items, or code-like extra context).
 pub fn editor_reference(message: &str, editor: &EditorContext) -> Why {
@@ -187,11 +207,19 @@ pub fn editor_reference(message: &str, editor: &EditorContext) -> Why {
         return yes("bare-instruction");
     }
     // A request for new code, or how to do something of one's own, is its own subject
-    // even when it names kinds of code ("hazme un middleware que loguee el método").
-    if NEW_CODE.iter().any(|o| starts_with_phrase(&text, o))
-        || HOW_DO_I.iter().any(|o| starts_with_phrase(&text, o))
-        || asks_how_i_do(&folded)
+    // even when it names kinds of code ("hazme un middleware que loguee el método");
+    // tests, docs or types asked for code named by its kind are for that code ("hazme
+    // tests para las dos rutas", "write docstrings for the handlers").
+    let new_code = NEW_CODE.iter().any(|o| starts_with_phrase(&text, o));
+    if new_code
+        && pointed.is_some()
+        && folded
+            .iter()
+            .any(|w| FOR_CODE_AT_HAND.contains(&w.as_str()))
     {
+        return yes("code-by-kind");
+    }
+    if new_code || HOW_DO_I.iter().any(|o| starts_with_phrase(&text, o)) || asks_how_i_do(&folded) {
         return no("own-subject");
     }
     if pointed.is_some() && !mentions_the_language(&folded) {
@@ -260,9 +288,22 @@ pub(super) fn asks_how_i_do(folded: &[String]) -> bool {
     }
     // programo, subo, activo, devuelvo, creo, leo, uso (not "como lo", "qué hace esto"),
     // within a few words ("qué endpoint uso para …").
-    folded.iter().skip(start + 1).take(3).any(|verb| {
+    // Articles that are never a clitic ("la", "los", "las" are both: "¿cómo la uso?").
+    let after_article = |i: usize| {
+        folded.get(i.wrapping_sub(1)).is_some_and(|w| {
+            matches!(
+                w.as_str(),
+                "el" | "un" | "una" | "mi" | "mis" | "tu" | "su" | "nuestro" | "nuestra"
+            )
+        })
+    };
+    (start + 1..folded.len()).take(3).any(|i| {
+        let verb = &folded[i];
         verb.len() >= 3
             && verb.ends_with('o')
+            // "qué hace el segundo endpoint": after an article, a noun or an ordinal.
+            && !after_article(i)
+            && !ORDINALS.contains(&verb.as_str())
             // Not a gerund or a participle ("procesando", "configurado").
             && !["ando", "iendo", "ado", "ido"].iter().any(|e| verb.ends_with(e))
             && !POINTERS.contains(&verb.as_str())
@@ -400,6 +441,7 @@ pub(super) fn points_at_code(
     folded: &[String],
     text: &str,
 ) -> Option<&'static str> {
+    let mut by_kind = false;
     for (i, w) in words.iter().enumerate() {
         let next = folded.get(i + 1).map(String::as_str);
         match w.as_str() {
@@ -479,14 +521,15 @@ pub(super) fn points_at_code(
                     !(FILLER.contains(&a) || ABOUT_CODE.contains(&a) || POINTERS.contains(&a))
                 });
             if !named {
-                return Some("code-by-kind");
+                // A pointer further on says more ("summarize the routes in here").
+                by_kind = true;
             }
         }
     }
     if text.contains("selected") || text.contains("seleccionado") {
         return Some("pointer");
     }
-    None
+    by_kind.then_some("code-by-kind")
 }
 
 /// "… un canal de búfer cero", "… a circular import": an indefinite article before a word

@@ -51,9 +51,10 @@ const fn no(rule: &'static str) -> Why {
 }
 
 /// Lowercase, without accents (á → a, ñ → n, ü → u), so that a word is found however it
-/// was typed.
+/// was typed; chat shorthand written out ("q" → "que", "u" → "you").
 fn fold(text: &str) -> String {
-    text.chars()
+    let folded: String = text
+        .chars()
         .flat_map(char::to_lowercase)
         .map(|c| match c {
             'á' | 'à' | 'ä' | 'â' => 'a',
@@ -64,7 +65,46 @@ fn fold(text: &str) -> String {
             'ñ' => 'n',
             other => other,
         })
-        .collect()
+        .collect();
+    written_out(folded)
+}
+
+/// Shorthand of chat typing, as the words it stands for.
+const SHORTHAND: &[(&str, &str)] = &[
+    ("q", "que"),
+    ("xq", "porque"),
+    ("pq", "porque"),
+    ("porq", "porque"),
+    ("tmb", "tambien"),
+    ("tb", "tambien"),
+    ("u", "you"),
+    ("ur", "your"),
+];
+
+/// `text` (folded) with each whole word of [`SHORTHAND`] written out.
+fn written_out(text: String) -> String {
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    let short = |w: &str| SHORTHAND.iter().find(|(s, _)| *s == w).map(|(_, l)| *l);
+    if !text
+        .split(|c: char| !is_word(c))
+        .any(|w| short(w).is_some())
+    {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut word = String::new();
+    for c in text.chars().chain(std::iter::once('\0')) {
+        if is_word(c) {
+            word.push(c);
+            continue;
+        }
+        out.push_str(short(&word).unwrap_or(&word));
+        word.clear();
+        if c != '\0' {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The words of a message as typed (lowercase, accents kept), split on anything that is

@@ -36,6 +36,8 @@ pub(super) const SMALL_TALK: &[&str] = &[
     "esta", "está", "estoy", "eran", "ser", "hoy", "days", "call", "calling", "gonna", "wanna", "gotta", "paciencia", "patience", "time", "tiempo", "rato", "todos", "terminado", "acabado", "finished", "finally", "porfa", "plis", "pliss", "please", "pls",
     "sorry", "apologies", "bad", "oops", "whoops", "perdona", "perdon", "disculpa", "disculpas", "siento", "culpa", "mea", "salvaste", "salvado", "horas", "hours", "🙏",
     "wild", "crazy", "damn", "omg", "interesting", "interesante", "curioso", "loco", "locura",
+    "bot", "brb", "afk", "coffee", "cafe", "cafecito", "lunch", "today",
+    "quedo",
 ];
 
 /// Whether the whole message is small talk or about the conversation (no search), with
@@ -150,6 +152,7 @@ pub(super) const CONVERSATION_WORDS: &[&str] = &[
     "contestarme", "responderme", "contestar", "responder", "adelante", "like", "five", "cinco", "anos", "years", "old", "nino",
     "give", "versions", "put", "bullet", "bullets", "points", "list", "format", "formato", "asked", "ask", "first", "thing", "things", "today", "hoy", "oracion", "lista", "puntos", "vinetas", "was", "were",
     "tell", "told", "before", "antes", "dicho", "dijiste", "has", "me",
+    "sin", "tanto", "rollo", "less", "fluff", "words", "paja",
 ];
 
 /// Whether the whole message is small talk or about the conversation itself (no search
@@ -211,9 +214,31 @@ pub(super) fn thanks_or_goodbye(message: &str, words: &[String]) -> bool {
         "do", "is", "are", "que", "como", "por", "donde", "cuando", "cual", "cuanto", "quien",
         "puedo", "puedes", "hay",
     ];
+    // "que", "como" and "por" thank too ("gracias por todo", "como siempre"); with a verb
+    // after them they ask ("y el Mutex cómo se usa", "y luego cómo lo arranco").
+    const ASKING_PHRASES: &[&str] = &[
+        "como se ",
+        "como lo ",
+        "como la ",
+        "como los ",
+        "como las ",
+        "como hago",
+        "como puedo",
+        "como uso",
+        "como hacer",
+        "que es ",
+        "que hace",
+        "que significa",
+        "para que sirve",
+        "por que ",
+    ];
     if words.iter().any(|w| {
         ASKING.contains(&w.as_str()) && !matches!(w.as_str(), "is" | "que" | "por" | "como")
     }) {
+        return false;
+    }
+    let folded = format!("{} ", fold(message));
+    if ASKING_PHRASES.iter().any(|p| folded.contains(p)) {
         return false;
     }
     let anchored = words.iter().any(|w| {
