@@ -159,22 +159,10 @@ pub(super) const OWN_SUBJECT: &[&str] = &[
 
 /// What is written for code that exists: asked with the code named by its kind, it is
 /// about that code.
+#[rustfmt::skip]
 const FOR_CODE_AT_HAND: &[&str] = &[
-    "test",
-    "tests",
-    "unittest",
-    "unittests",
-    "prueba",
-    "pruebas",
-    "docstring",
-    "docstrings",
-    "docs",
-    "documentacion",
-    "comments",
-    "comentarios",
-    "types",
-    "tipos",
-    "typings",
+    "test", "tests", "unittest", "unittests", "prueba", "pruebas", "docstring", "docstrings",
+    "docs", "documentacion", "comments", "comentarios", "types", "tipos", "typings",
 ];
 
 /// Whether the message refers to the code in the editor, and by which rule. Needs code to
