@@ -52,7 +52,7 @@ pub(super) const ORDINALS: &[&str] = &[
     "first", "second", "third", "fourth", "last", "next", "previous", "other", "same", "1st",
     "2nd", "3rd", "4th", "top", "bottom", "inner", "outer", "primer", "primera", "primero",
     "segundo", "segunda", "tercer", "tercera", "ultimo", "ultima", "siguiente", "anterior",
-    "otro", "otra", "mismo", "misma", "two", "three", "both", "dos", "tres", "ambos", "ambas",
+    "otro", "otra", "mismo", "misma", "both", "ambos", "ambas",
 ];
 
 pub(super) const DEFINITE: &[&str] = &[
@@ -199,12 +199,16 @@ pub fn editor_reference(message: &str, editor: &EditorContext) -> Why {
     // tests, docs or types asked for code named by its kind are for that code ("hazme
     // tests para las dos rutas", "write docstrings for the handlers").
     let new_code = NEW_CODE.iter().any(|o| starts_with_phrase(&text, o));
-    if new_code
-        && pointed.is_some()
-        && folded
-            .iter()
-            .any(|w| FOR_CODE_AT_HAND.contains(&w.as_str()))
-    {
+    // What is asked for is tests or docs ("hazme tests para …", "write docstrings for
+    // …"), not code that runs them ("a github action that runs the tests").
+    let asks_for_tests = folded.iter().take(4).enumerate().any(|(i, w)| {
+        FOR_CODE_AT_HAND.contains(&w.as_str())
+            && folded[i + 1..]
+                .iter()
+                .take(2)
+                .any(|n| matches!(n.as_str(), "for" | "para" | "de" | "of" | "to" | "a"))
+    });
+    if new_code && pointed.is_some() && asks_for_tests {
         return yes("code-by-kind");
     }
     if new_code || HOW_DO_I.iter().any(|o| starts_with_phrase(&text, o)) || asks_how_i_do(&folded) {
@@ -467,6 +471,10 @@ pub(super) fn points_at_code(
             "it" | "its" | "it's" | "they" | "them" | "their" | "lo" | "la" | "le"
                 if folded[..i].iter().any(|f| names_a_thing(f))
                     && !folded.iter().any(|f| CODE_NOUNS.contains(&f.as_str())) => {}
+            // After the code named by its kind, a pronoun stands for that ("write a
+            // function that parses the json and returns it"); "here", "this" still point.
+            "it" | "its" | "it's" | "they" | "them" | "their" | "theirs" | "lo" | "le"
+                if by_kind => {}
             w if POINTERS.contains(&w) => return Some("pointer"),
             _ => {}
         }

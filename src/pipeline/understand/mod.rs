@@ -51,7 +51,7 @@ const fn no(rule: &'static str) -> Why {
 }
 
 /// Lowercase, without accents (á → a, ñ → n, ü → u), so that a word is found however it
-/// was typed; chat shorthand written out ("q" → "que", "u" → "you").
+/// was typed; chat shorthand written out ("q hace" → "que hace", "xq" → "porque").
 fn fold(text: &str) -> String {
     let folded: String = text
         .chars()
@@ -69,16 +69,15 @@ fn fold(text: &str) -> String {
     written_out(folded)
 }
 
-/// Shorthand of chat typing, as the words it stands for.
+/// Shorthand of chat typing, as the words it stands for. A one-letter "q" is written out
+/// only with a word after it ("q hace", "q diferencia hay"): alone it may be a variable
+/// ("what is q?").
 const SHORTHAND: &[(&str, &str)] = &[
     ("q", "que"),
     ("xq", "porque"),
     ("pq", "porque"),
     ("porq", "porque"),
     ("tmb", "tambien"),
-    ("tb", "tambien"),
-    ("u", "you"),
-    ("ur", "your"),
 ];
 
 /// `text` (folded) with each whole word of [`SHORTHAND`] written out.
@@ -92,17 +91,22 @@ fn written_out(text: String) -> String {
         return text;
     }
     let mut out = String::with_capacity(text.len() + 8);
-    let mut word = String::new();
-    for c in text.chars().chain(std::iter::once('\0')) {
-        if is_word(c) {
-            word.push(c);
-            continue;
+    let mut rest = text.as_str();
+    while !rest.is_empty() {
+        let end = rest.find(|c: char| !is_word(c)).unwrap_or(rest.len());
+        let (word, after) = rest.split_at(end);
+        let next_is_word = after
+            .strip_prefix(' ')
+            .and_then(|a| a.chars().next())
+            .is_some_and(is_word);
+        match short(word) {
+            Some(long) if word != "q" || next_is_word => out.push_str(long),
+            _ => out.push_str(word),
         }
-        out.push_str(short(&word).unwrap_or(&word));
-        word.clear();
-        if c != '\0' {
-            out.push(c);
-        }
+        // The separator up to the next word, as it was.
+        let sep = after.find(is_word).unwrap_or(after.len());
+        out.push_str(&after[..sep]);
+        rest = &after[sep..];
     }
     out
 }

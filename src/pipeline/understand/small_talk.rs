@@ -36,8 +36,7 @@ pub(super) const SMALL_TALK: &[&str] = &[
     "esta", "está", "estoy", "eran", "ser", "hoy", "days", "call", "calling", "gonna", "wanna", "gotta", "paciencia", "patience", "time", "tiempo", "rato", "todos", "terminado", "acabado", "finished", "finally", "porfa", "plis", "pliss", "please", "pls",
     "sorry", "apologies", "bad", "oops", "whoops", "perdona", "perdon", "disculpa", "disculpas", "siento", "culpa", "mea", "salvaste", "salvado", "horas", "hours", "🙏",
     "wild", "crazy", "damn", "omg", "interesting", "interesante", "curioso", "loco", "locura",
-    "bot", "brb", "afk", "coffee", "cafe", "cafecito", "lunch", "today",
-    "quedo",
+    "brb", "afk", "coffee", "cafe", "cafecito", "lunch",
 ];
 
 /// Whether the whole message is small talk or about the conversation (no search), with
@@ -214,31 +213,22 @@ pub(super) fn thanks_or_goodbye(message: &str, words: &[String]) -> bool {
         "do", "is", "are", "que", "como", "por", "donde", "cuando", "cual", "cuanto", "quien",
         "puedo", "puedes", "hay",
     ];
-    // "que", "como" and "por" thank too ("gracias por todo", "como siempre"); with a verb
-    // after them they ask ("y el Mutex cómo se usa", "y luego cómo lo arranco").
-    const ASKING_PHRASES: &[&str] = &[
-        "como se ",
-        "como lo ",
-        "como la ",
-        "como los ",
-        "como las ",
-        "como hago",
-        "como puedo",
-        "como uso",
-        "como hacer",
-        "que es ",
-        "que hace",
-        "que significa",
-        "para que sirve",
-        "por que ",
-    ];
     if words.iter().any(|w| {
         ASKING.contains(&w.as_str()) && !matches!(w.as_str(), "is" | "que" | "por" | "como")
     }) {
         return false;
     }
-    let folded = format!("{} ", fold(message));
-    if ASKING_PHRASES.iter().any(|p| folded.contains(p)) {
+    // "que", "como" and "por" thank too ("gracias por todo", "funcionó como lo dijiste");
+    // after an "and" that goes on past the thanks, they ask ("vale gracias. y el Mutex
+    // cómo se usa", "y luego cómo lo arranco").
+    let and = words
+        .iter()
+        .rposition(|w| matches!(w.as_str(), "y" | "and"));
+    if and.is_some_and(|at| {
+        words[at + 1..]
+            .iter()
+            .any(|w| matches!(w.as_str(), "que" | "como" | "cual" | "cuales"))
+    }) {
         return false;
     }
     let anchored = words.iter().any(|w| {

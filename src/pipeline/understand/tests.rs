@@ -192,13 +192,19 @@ fn ordinals_shorthand_and_questions_after_thanks() {
             true,
         ),
         // Tests asked for the code named by its kind.
-        (
-            "hazme tests para las dos rutas, sin levantar el servidor",
-            true,
-        ),
-        // A how-to with the code named stays a how-to.
+        ("hazme tests para las rutas, sin levantar el servidor", true),
+        // A how-to with the code named stays a how-to; new code that runs the tests is
+        // new code; a pronoun after the code named by its kind stands for it.
         (
             "¿cómo veo la documentación openapi que genera el servicio?",
+            false,
+        ),
+        (
+            "write a github action that runs the tests on every push",
+            false,
+        ),
+        (
+            "write a function that parses the json and returns it as a map",
             false,
         ),
     ] {
@@ -211,7 +217,11 @@ fn ordinals_shorthand_and_questions_after_thanks() {
     // "q" is "qué": a question of its own, though code is selected.
     let asked = "q diferencia hay entre waitAll y waitAllSettled";
     assert!(!editor_reference(asked, &selected(CODE)).yes);
-    assert_eq!(fold("q hace esto, u know?"), "que hace esto, you know?");
+    assert_eq!(
+        fold("q hace esto, xq falla?"),
+        "que hace esto, porque falla?"
+    );
+    assert_eq!(fold("what is q? ¿y Q?"), "what is q? ¿y q?");
     // Thanks before a question: the question is asked.
     for message in [
         "vale gracias. y el Mutex como se usa",
@@ -219,7 +229,11 @@ fn ordinals_shorthand_and_questions_after_thanks() {
     ] {
         assert_eq!(small_talk(message), None, "{message}");
     }
-    for message in ["good bot", "brb coffee", "ok ya quedo"] {
+    for message in [
+        "brb coffee",
+        "gracias! ya entiendo por qué",
+        "funcionó como lo dijiste, gracias",
+    ] {
         assert!(small_talk(message).is_some(), "{message}");
     }
 }
