@@ -195,12 +195,11 @@ pub fn editor_reference(message: &str, editor: &EditorContext) -> Why {
         return yes("bare-instruction");
     }
     // A request for new code, or how to do something of one's own, is its own subject
-    // even when it names kinds of code ("hazme un middleware que loguee el método");
+    // even when it names kinds of code ("hazme un middleware que loguee el método"); but
     // tests, docs or types asked for code named by its kind are for that code ("hazme
-    // tests para las dos rutas", "write docstrings for the handlers").
+    // tests para las rutas", "write docstrings for the handlers"; not "a github action
+    // that runs the tests").
     let new_code = NEW_CODE.iter().any(|o| starts_with_phrase(&text, o));
-    // What is asked for is tests or docs ("hazme tests para …", "write docstrings for
-    // …"), not code that runs them ("a github action that runs the tests").
     let asks_for_tests = folded.iter().take(4).enumerate().any(|(i, w)| {
         FOR_CODE_AT_HAND.contains(&w.as_str())
             && folded[i + 1..]
@@ -278,8 +277,6 @@ pub(super) fn asks_how_i_do(folded: &[String]) -> bool {
     ) {
         return false;
     }
-    // programo, subo, activo, devuelvo, creo, leo, uso (not "como lo", "qué hace esto"),
-    // within a few words ("qué endpoint uso para …").
     // Articles that are never a clitic ("la", "los", "las" are both: "¿cómo la uso?").
     let after_article = |i: usize| {
         folded.get(i.wrapping_sub(1)).is_some_and(|w| {
@@ -289,6 +286,8 @@ pub(super) fn asks_how_i_do(folded: &[String]) -> bool {
             )
         })
     };
+    // programo, subo, activo, devuelvo, creo, leo, uso (not "como lo", "qué hace esto"),
+    // within a few words ("qué endpoint uso para …").
     (start + 1..folded.len()).take(3).any(|i| {
         let verb = &folded[i];
         verb.len() >= 3
@@ -468,13 +467,12 @@ pub(super) fn points_at_code(
             // A pronoun after something it can stand for points at that, not at the code:
             // "is there a native windows runtime or is it wsl only", "qué licencia tiene
             // brisa? lo quiero usar …".
+            // So does one after the code named by its kind ("write a function that parses
+            // the json and returns it"); "here", "this" still point.
             "it" | "its" | "it's" | "they" | "them" | "their" | "lo" | "la" | "le"
-                if folded[..i].iter().any(|f| names_a_thing(f))
-                    && !folded.iter().any(|f| CODE_NOUNS.contains(&f.as_str())) => {}
-            // After the code named by its kind, a pronoun stands for that ("write a
-            // function that parses the json and returns it"); "here", "this" still point.
-            "it" | "its" | "it's" | "they" | "them" | "their" | "theirs" | "lo" | "le"
-                if by_kind => {}
+                if by_kind
+                    || folded[..i].iter().any(|f| names_a_thing(f))
+                        && !folded.iter().any(|f| CODE_NOUNS.contains(&f.as_str())) => {}
             w if POINTERS.contains(&w) => return Some("pointer"),
             _ => {}
         }

@@ -151,7 +151,7 @@ pub(super) const CONVERSATION_WORDS: &[&str] = &[
     "contestarme", "responderme", "contestar", "responder", "adelante", "like", "five", "cinco", "anos", "years", "old", "nino",
     "give", "versions", "put", "bullet", "bullets", "points", "list", "format", "formato", "asked", "ask", "first", "thing", "things", "today", "hoy", "oracion", "lista", "puntos", "vinetas", "was", "were",
     "tell", "told", "before", "antes", "dicho", "dijiste", "has", "me",
-    "sin", "tanto", "rollo", "less", "fluff", "words", "paja",
+    "sin", "tanto", "rollo", "less", "fluff", "paja",
 ];
 
 /// Whether the whole message is small talk or about the conversation itself (no search
