@@ -483,6 +483,7 @@ async fn soak() -> bool {
                 ),
                 ("ASSIST__SERVER__API_KEYS".into(), KEYS.join(",")),
             ],
+            ..GatewayOptions::default()
         },
     )
     .await;

@@ -9,6 +9,7 @@
 //! A benchmark that uses this module also declares `mod support;` (the scripted upstream).
 #![allow(dead_code)]
 
+use bytes::Bytes;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -53,6 +54,22 @@ impl Proc {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Asks the process to stop (SIGTERM) and waits for it, at most `secs` seconds; false
+    /// when it had not exited by then (it is killed when this is dropped).
+    pub fn terminate(&mut self, secs: u64) -> bool {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
     }
 
     /// Fails with the process's name if it has already exited.
@@ -261,6 +278,10 @@ pub struct GatewayOptions {
     pub log_level: String,
     /// Extra `ASSIST__…` settings.
     pub env: Vec<(String, String)>,
+    /// A program and its arguments the gateway runs under (e.g. valgrind), or none.
+    pub wrapper: Vec<String>,
+    /// How long it may take to answer /health.
+    pub ready_secs: u64,
 }
 
 impl Default for GatewayOptions {
@@ -270,6 +291,8 @@ impl Default for GatewayOptions {
             knowledge: true,
             log_level: "info".into(),
             env: Vec::new(),
+            wrapper: Vec::new(),
+            ready_secs: 30,
         }
     }
 }
@@ -331,7 +354,14 @@ pub async fn start_gateway_on(
         assert!(ingested.success(), "ingest examples/knowledge");
     }
     let log = data.path().join("gateway.log");
-    let mut cmd = command_on(cpus, gateway_binary());
+    let mut cmd = match opts.wrapper.split_first() {
+        Some((program, args)) => {
+            let mut cmd = command_on(cpus, program);
+            cmd.args(args).arg(gateway_binary());
+            cmd
+        }
+        None => command_on(cpus, gateway_binary()),
+    };
     cmd.arg("serve")
         .env("ASSIST__DATA_DIR", data.path())
         .env("ASSIST__LOG__FORMAT", "json")
@@ -355,7 +385,7 @@ pub async fn start_gateway_on(
     }
     let mut proc_ = Proc::spawn("assist-gateway", &mut cmd);
     let url = format!("http://127.0.0.1:{port}");
-    wait_ok(&format!("{url}/health"), 30, &mut proc_).await;
+    wait_ok(&format!("{url}/health"), opts.ready_secs, &mut proc_).await;
     let grpc_addr = listening_field(&log, "grpc_addr");
     GatewayProcess {
         proc_,
@@ -401,4 +431,48 @@ pub async fn first_piece(
     };
     while stream.next().await.is_some() {}
     took.as_micros() as u64
+}
+
+/// An OTLP/HTTP receiver in this process for the traced rows: takes each export (a
+/// protobuf `ExportTraceServiceRequest`), counts it, and answers 200 with an empty
+/// `ExportTraceServiceResponse`, as a collector does.
+pub struct OtlpSink {
+    pub url: String,
+    exports: Arc<AtomicU64>,
+    bytes: Arc<AtomicU64>,
+}
+
+impl OtlpSink {
+    pub async fn start() -> Self {
+        let exports = Arc::new(AtomicU64::new(0));
+        let bytes = Arc::new(AtomicU64::new(0));
+        let (e, b) = (exports.clone(), bytes.clone());
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: Bytes| {
+                let (e, b) = (e.clone(), b.clone());
+                async move {
+                    e.fetch_add(1, Ordering::Relaxed);
+                    b.fetch_add(body.len() as u64, Ordering::Relaxed);
+                    ([("content-type", "application/x-protobuf")], Bytes::new())
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self {
+            url,
+            exports,
+            bytes,
+        }
+    }
+
+    /// Exports and bytes received so far.
+    pub fn received(&self) -> (u64, u64) {
+        (
+            self.exports.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        )
+    }
 }

@@ -93,7 +93,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{
     command_on, env_or, free_port, mib, percentile, rss_tree_kib, start_gateway_on, wait_ok,
-    GatewayOptions, GatewayProcess, Proc, RssSampler,
+    GatewayOptions, GatewayProcess, OtlpSink, Proc, RssSampler,
 };
 use serde_json::json;
 use support::{Reply, ScriptedUpstream, UPSTREAM_MODEL};

@@ -177,50 +177,6 @@ pub(crate) fn nginx_version(nginx: &Path) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// An OTLP/HTTP receiver in this process for the traced rows: takes each export (a
-/// protobuf `ExportTraceServiceRequest`), counts it, and answers 200 with an empty
-/// `ExportTraceServiceResponse`, as a collector does.
-pub(crate) struct OtlpSink {
-    pub(crate) url: String,
-    exports: Arc<AtomicU64>,
-    bytes: Arc<AtomicU64>,
-}
-
-impl OtlpSink {
-    pub(crate) async fn start() -> Self {
-        let exports = Arc::new(AtomicU64::new(0));
-        let bytes = Arc::new(AtomicU64::new(0));
-        let (e, b) = (exports.clone(), bytes.clone());
-        let app = axum::Router::new().route(
-            "/v1/traces",
-            axum::routing::post(move |body: Bytes| {
-                let (e, b) = (e.clone(), b.clone());
-                async move {
-                    e.fetch_add(1, Ordering::Relaxed);
-                    b.fetch_add(body.len() as u64, Ordering::Relaxed);
-                    ([("content-type", "application/x-protobuf")], Bytes::new())
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Self {
-            url,
-            exports,
-            bytes,
-        }
-    }
-
-    /// Exports and bytes received so far.
-    pub(crate) fn received(&self) -> (u64, u64) {
-        (
-            self.exports.load(Ordering::Relaxed),
-            self.bytes.load(Ordering::Relaxed),
-        )
-    }
-}
-
 pub(crate) async fn start_target(
     name: &str,
     upstream: &ScriptedUpstream,
@@ -241,6 +197,7 @@ pub(crate) async fn start_target(
         knowledge: !passthrough,
         log_level: knobs.gateway_log.clone(),
         env: env.clone(),
+        ..GatewayOptions::default()
     };
     match name {
         "direct" => Target {

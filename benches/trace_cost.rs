@@ -1,0 +1,227 @@
+//! What tracing costs the gateway, counted in instructions: `benches/trace-cost.sh` (or
+//! `cargo bench --bench trace_cost` with valgrind installed).
+//!
+//! Throughput and CPU time per answer scatter by ±20 % between runs on a virtual machine,
+//! more than the 5 % to be shown, so this benchmark counts what does not scatter: the
+//! instructions the gateway's process executes (every thread: the runtime's workers and
+//! the exporter's), under valgrind's `cachegrind` with its cache simulation off.
+//!
+//! For each target (`passthrough`: the upstream's model forwarded; `brunix`: the assistant
+//! pipeline, rules classifier, BM25 over `examples/knowledge`), untraced and traced (spans
+//! exported over OTLP/HTTP to a receiver in this process, which answers as a collector
+//! does), the release gateway is started under valgrind twice: once answering
+//! `TRACE_COST_WARM` (100) questions, once `TRACE_COST_WARM + TRACE_COST_N` (100 + 1,000),
+//! then stopped with SIGTERM (the exporter flushes what it holds). The difference between
+//! the two runs' counts over `TRACE_COST_N` is the instructions one answer costs, start-up
+//! and warm-up taken out. Answers alternate streamed and whole, four at a time, 20 tokens
+//! each from the scripted upstream (in this process, OpenAI's SSE byte for byte).
+//! `TRACE_COST_REPEAT` (2) pairs of runs per row show how steady the count is.
+//!
+//! Environment: TRACE_COST_N, TRACE_COST_WARM, TRACE_COST_REPEAT, TRACE_COST_TARGETS
+//! [passthrough,brunix], TRACE_COST_VALGRIND [valgrind], TRACE_COST_KEEP [none]: a
+//! directory to keep cachegrind's counts per function in (`{target}-{traced|untraced}-
+//! {answers}.cg`, for `cg_diff` and `cg_annotate`: where the difference goes).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
+
+#[path = "../tests/it/support/mod.rs"]
+mod support;
+
+mod common;
+
+use std::time::Duration;
+
+use common::{env_or, start_gateway_on, GatewayOptions, OtlpSink};
+use futures::StreamExt;
+use serde_json::json;
+use support::{Reply, ScriptedUpstream, UPSTREAM_MODEL};
+
+/// A retrieval question: the rules classifier sends it through retrieval in `brunix`.
+const QUESTION: &str = "Which environment variable overrides the server port?";
+/// Answers in flight at once.
+const CLIENTS: usize = 4;
+
+/// The instructions valgrind counted for one run of the gateway, from its log's
+/// "I refs:" line (e.g. `==123== I   refs:      189,145,439`).
+fn instructions(log: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(log).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("I   refs:"))
+        .unwrap_or_else(|| panic!("no instruction count in {}:\n{text}", log.display()));
+    line.rsplit(':')
+        .next()
+        .unwrap()
+        .trim()
+        .replace(',', "")
+        .parse()
+        .unwrap()
+}
+
+/// Answer `n` questions of `model` at `url`, `CLIENTS` at a time, alternating streamed and
+/// whole; each must come back complete.
+async fn answer(client: &reqwest::Client, url: &str, model: &str, n: usize) {
+    futures::stream::iter(0..n)
+        .for_each_concurrent(CLIENTS, |i| async move {
+            let stream = i % 2 == 0;
+            let body = json!({"model": model, "stream": stream,
+                "messages": [{"role": "user", "content": QUESTION}]});
+            let response = client.post(url).json(&body).send().await.unwrap();
+            assert_eq!(response.status(), 200, "answer {i}");
+            let text = response.text().await.unwrap();
+            if stream {
+                assert!(text.ends_with("data: [DONE]\n\n"), "stream {i}: {text}");
+            } else {
+                let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+                assert!(v["choices"][0]["message"]["content"].is_string(), "{text}");
+            }
+        })
+        .await;
+}
+
+/// The instructions of one run of the gateway under valgrind answering `n` questions.
+async fn count(
+    upstream: &ScriptedUpstream,
+    client: &reqwest::Client,
+    valgrind: &str,
+    target: &str,
+    sink: Option<&OtlpSink>,
+    n: usize,
+) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("valgrind.log");
+    let passthrough = target == "passthrough";
+    let kind = if sink.is_some() { "traced" } else { "untraced" };
+    let out = match std::env::var_os("TRACE_COST_KEEP") {
+        Some(keep) => std::path::Path::new(&keep).join(format!("{target}-{kind}-{n}.cg")),
+        None => "/dev/null".into(),
+    };
+    let mut env = Vec::new();
+    if let Some(sink) = sink {
+        env.push((
+            "ASSIST__TELEMETRY__OTLP_ENDPOINT".to_string(),
+            sink.url.clone(),
+        ));
+    }
+    let opts = GatewayOptions {
+        passthrough,
+        knowledge: !passthrough,
+        log_level: "warn".into(),
+        env,
+        wrapper: vec![
+            valgrind.to_string(),
+            "--tool=cachegrind".into(),
+            "--cache-sim=no".into(),
+            format!("--cachegrind-out-file={}", out.display()),
+            format!("--log-file={}", log.display()),
+        ],
+        ready_secs: 300,
+    };
+    let mut gateway = start_gateway_on(upstream, &opts, None).await;
+    let model = if passthrough {
+        UPSTREAM_MODEL
+    } else {
+        "brunix"
+    };
+    let url = format!("{}/v1/chat/completions", gateway.url);
+    let before = sink.map(OtlpSink::received);
+    answer(client, &url, model, n).await;
+    assert!(
+        gateway.proc_.terminate(300),
+        "the gateway did not stop on SIGTERM"
+    );
+    if let (Some(sink), Some((exports, _))) = (sink, before) {
+        assert!(
+            sink.received().0 > exports,
+            "a traced run exported no spans"
+        );
+    }
+    instructions(&log)
+}
+
+fn thousands(v: f64) -> String {
+    let s = format!("{:.0}", v);
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[tokio::main]
+async fn main() {
+    common::kill_children_on_signal();
+    let n: usize = env_or("TRACE_COST_N", 1000);
+    let warm: usize = env_or("TRACE_COST_WARM", 100);
+    let repeat: usize = env_or("TRACE_COST_REPEAT", 2);
+    let valgrind: String = env_or("TRACE_COST_VALGRIND", "valgrind".to_string());
+    let targets: String = env_or("TRACE_COST_TARGETS", "passthrough,brunix".to_string());
+    let upstream = ScriptedUpstream::start().await;
+    upstream.set_default(Reply::Tokens {
+        tokens: (0..20).map(|i| format!("tok{i} ")).collect(),
+        delay: Duration::ZERO,
+        finish: "stop",
+    });
+    let sink = OtlpSink::start().await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    println!(
+        "Instructions per answer (valgrind cachegrind, every thread of the gateway; {n} answers \
+         counted after {warm} of warm-up, half streamed, {CLIENTS} at a time; {repeat} runs each)\n"
+    );
+    println!("| target | untraced, per run | traced, per run | traced ÷ untraced (medians) |");
+    println!("|---|---:|---:|---:|");
+    for target in targets.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let mut per = [Vec::new(), Vec::new()];
+        for r in 0..repeat {
+            for (traced, runs) in per.iter_mut().enumerate() {
+                let sink = (traced == 1).then_some(&sink);
+                let small = count(&upstream, &client, &valgrind, target, sink, warm).await;
+                let large = count(&upstream, &client, &valgrind, target, sink, warm + n).await;
+                let each = large.saturating_sub(small) as f64 / n as f64;
+                eprintln!(
+                    "{target}, {}, run {}: {} instructions per answer",
+                    if traced == 1 { "traced" } else { "untraced" },
+                    r + 1,
+                    thousands(each)
+                );
+                runs.push(each);
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            let m = v.len() / 2;
+            if v.len().is_multiple_of(2) {
+                (v[m - 1] + v[m]) / 2.0
+            } else {
+                v[m]
+            }
+        };
+        let show = |v: &[f64]| {
+            v.iter()
+                .map(|x| thousands(*x))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        let (untraced, traced) = (show(&per[0]), show(&per[1]));
+        let ratio = median(&mut per[1]) / median(&mut per[0]);
+        println!(
+            "| {target} | {untraced} | {traced} | {ratio:.3} ({:+.1} %) |",
+            (ratio - 1.0) * 100.0
+        );
+    }
+    let (exports, bytes) = sink.received();
+    println!(
+        "\nThe receiver took {exports} exports, {:.1} MB.",
+        bytes as f64 / 1e6
+    );
+}
