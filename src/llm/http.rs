@@ -439,16 +439,11 @@ pub(crate) fn error_text(error: &Value) -> Option<String> {
 /// The current trace span (the OpenTelemetry context the caller polls this request in,
 /// when traces are exported) as the request's parent: a W3C `traceparent` header.
 fn with_trace_context(rb: RequestBuilder) -> RequestBuilder {
-    use opentelemetry::propagation::TextMapPropagator as _;
-    use opentelemetry::trace::TraceContextExt as _;
-    let cx = opentelemetry::Context::current();
-    if !cx.has_active_span() {
-        return rb;
+    match crate::trace::traceparent() {
+        Some((parent, Some(state))) => rb.header("traceparent", parent).header("tracestate", state),
+        Some((parent, None)) => rb.header("traceparent", parent),
+        None => rb,
     }
-    let mut headers = http::HeaderMap::new();
-    opentelemetry_sdk::propagation::TraceContextPropagator::new()
-        .inject_context(&cx, &mut opentelemetry_http::HeaderInjector(&mut headers));
-    rb.headers(headers)
 }
 
 #[cfg(test)]

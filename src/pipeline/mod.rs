@@ -189,7 +189,7 @@ pub struct Pipeline {
     /// the prompts it counted.
     scale: std::sync::atomic::AtomicU64,
     /// The upstream's host and port, as its spans name them (`server.*`).
-    server: (String, i64),
+    server: (std::sync::Arc<str>, i64),
     /// Completions answered lately, for the same request again.
     recent_fills: Arc<completion::recent::Recent>,
     /// Retrieved chunks as `[privacy]` left them, by chunk id (`protect_hits`).

@@ -25,6 +25,8 @@ impl Pipeline {
             return trace::Span::none();
         }
         let name = format!("{operation} {}", request.model);
+        // One string for both attributes.
+        let model: std::sync::Arc<str> = request.model.as_str().into();
         let span = current.child_of_kind(name, SpanKind::Client, || {
             let mut attributes = vec![
                 KeyValue::new("gen_ai.operation.name", operation),
@@ -36,12 +38,12 @@ impl Pipeline {
                         "openai"
                     },
                 ),
-                KeyValue::new("gen_ai.request.model", request.model.clone()),
+                KeyValue::new("gen_ai.request.model", model.clone()),
                 KeyValue::new("gen_ai.request.stream", true),
                 KeyValue::new("server.address", self.server.0.clone()),
                 KeyValue::new("server.port", self.server.1),
                 // The upstream does not say which model answered: the one asked.
-                KeyValue::new("gen_ai.response.model", request.model.clone()),
+                KeyValue::new("gen_ai.response.model", model),
                 KeyValue::new("assist.tools", request.tools.len() as i64),
             ];
             if let Some(max) = request.params.max_tokens {
@@ -78,10 +80,12 @@ impl Pipeline {
             .filter(|h| !self.privacy.excluded(&h.chunk.source_file))
             .collect();
         span.set("assist.retrieval.count", kept.len() as i64);
-        let ids = trace::documents_json(
+        // Shared by both attributes without capture: one string, not two copies.
+        let ids: std::sync::Arc<str> = trace::documents_json(
             kept.iter()
                 .map(|h| (h.chunk.chunk_id.as_str(), h.score, None)),
-        );
+        )
+        .into();
         span.set("assist.retrieval.hits", ids.clone());
         if trace::capture_content() {
             let texts: Vec<String> = kept
@@ -113,11 +117,11 @@ pub(super) fn upstream_kind(e: &UpstreamError) -> &'static str {
 }
 
 /// The upstream's host and port from its base URL (`server.address`, `server.port`).
-pub(super) fn server_of(base_url: &str) -> (String, i64) {
+pub(super) fn server_of(base_url: &str) -> (std::sync::Arc<str>, i64) {
     reqwest::Url::parse(base_url).map_or_else(
-        |_| (String::new(), 0),
+        |_| ("".into(), 0),
         |u| {
-            let host = u.host_str().unwrap_or_default().to_string();
+            let host = u.host_str().unwrap_or_default().into();
             (host, u.port_or_known_default().map_or(0, i64::from))
         },
     )

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use opentelemetry::KeyValue;
 
 use super::memory::Memory;
 use super::{ms, Event, EventStream, Pipeline, Source};
@@ -87,9 +88,14 @@ impl Upstream {
         if !span.is_recording() {
             return;
         }
-        span.set("gen_ai.usage.input_tokens", usage.prompt_tokens as i64);
-        span.set("gen_ai.usage.output_tokens", usage.completion_tokens as i64);
-        span.set_strings("gen_ai.response.finish_reasons", &[finish.as_str()]);
+        span.set_all([
+            KeyValue::new("gen_ai.usage.input_tokens", usage.prompt_tokens as i64),
+            KeyValue::new("gen_ai.usage.output_tokens", usage.completion_tokens as i64),
+            KeyValue::new(
+                "gen_ai.response.finish_reasons",
+                trace::Span::strings(&[finish.as_str()]),
+            ),
+        ]);
         if let Some(privacy) = &self.privacy {
             let _ = privacy.clean(answer);
             let messages = serde_json::json!([{"role": "assistant",

@@ -150,9 +150,13 @@ impl Pipeline {
             .map(|r| r.tag)
             .collect();
         let span = trace::Span::current();
-        span.set_strings("assist.context.cut", &cut);
-        span.set("assist.sections", assembled.sections.len() as i64);
-        span.set("assist.history.dropped", assembled.history_dropped as i64);
+        if span.is_recording() {
+            span.set_all([
+                KeyValue::new("assist.context.cut", trace::Span::strings(&cut)),
+                KeyValue::new("assist.sections", assembled.sections.len() as i64),
+                KeyValue::new("assist.history.dropped", assembled.history_dropped as i64),
+            ]);
+        }
         tracing::info!(
             stage = "assemble",
             ms = ms(t),

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use opentelemetry::KeyValue;
 
 use super::access::{Caller, KeyId, StreamGate, StreamSlot};
 use super::bounds::check_limits;
@@ -477,11 +478,13 @@ impl ChatLog {
         self.model = model.to_string();
         self.stream = stream;
         if self.span.is_recording() {
-            self.span.set(
-                "gen_ai.request.model",
-                truncate_chars(model, LOGGED_MODEL_CHARS).to_string(),
-            );
-            self.span.set("gen_ai.request.stream", stream);
+            self.span.set_all([
+                KeyValue::new(
+                    "gen_ai.request.model",
+                    truncate_chars(model, LOGGED_MODEL_CHARS).to_string(),
+                ),
+                KeyValue::new("gen_ai.request.stream", stream),
+            ]);
         }
     }
 
@@ -547,9 +550,10 @@ impl Drop for ChatLog {
         .record();
         let ttft_ms = ttft.map(|t| t.as_secs_f64() * 1e3);
         if self.span.is_recording() {
-            self.span
-                .set("http.response.status_code", i64::from(self.status));
-            self.span.set("assist.outcome", self.outcome);
+            self.span.set_all([
+                KeyValue::new("http.response.status_code", i64::from(self.status)),
+                KeyValue::new("assist.outcome", self.outcome),
+            ]);
             if let Some(ms) = ttft_ms {
                 self.span.set("assist.ttft_ms", ms);
             }
