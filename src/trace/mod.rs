@@ -60,6 +60,7 @@ pub fn capture_content() -> bool {
 /// The exporter and its batch processor, flushed by [`Tracing::shutdown`].
 pub struct Tracing {
     provider: SdkTracerProvider,
+    export_timeout: Duration,
 }
 
 impl Tracing {
@@ -83,21 +84,22 @@ impl Tracing {
         let processor = match settings.otlp_protocol {
             OtlpProtocol::Http => {
                 let client = reqwest::Client::builder()
-                    .timeout(settings.export_timeout)
                     .connect_timeout(Duration::from_secs(5))
+                    .user_agent(concat!("assist-gateway/", env!("CARGO_PKG_VERSION")))
                     .build()?;
-                let mut header_map = reqwest::header::HeaderMap::new();
-                for (k, v) in &headers {
-                    header_map.insert(
-                        reqwest::header::HeaderName::from_bytes(k.as_bytes())?,
-                        reqwest::header::HeaderValue::from_str(v)?,
-                    );
-                }
+                let header_map = otlp::headers(
+                    std::env::var("OTEL_EXPORTER_OTLP_HEADERS").ok().as_deref(),
+                    std::env::var("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+                        .ok()
+                        .as_deref(),
+                    &headers,
+                )?;
                 let exporter = otlp::HttpExporter::new(
                     client,
                     tokio::runtime::Handle::current(),
                     reqwest::Url::parse(endpoint)?,
                     header_map,
+                    settings.export_timeout,
                 );
                 BatchSpanProcessor::builder(exporter)
                     .with_batch_config(batch)
@@ -138,13 +140,18 @@ impl Tracing {
         }
         ENABLED.store(true, Ordering::Relaxed);
         CAPTURE.store(settings.capture_content, Ordering::Relaxed);
-        Ok(Some(Self { provider }))
+        Ok(Some(Self {
+            provider,
+            export_timeout: settings.export_timeout,
+        }))
     }
 
     /// Exports what is queued and stops (off the runtime's workers: it blocks).
     pub async fn shutdown(self) {
         let provider = self.provider;
-        match tokio::task::spawn_blocking(move || provider.shutdown()).await {
+        // Long enough for the last export to be tried for its whole timeout.
+        let wait = self.export_timeout + Duration::from_secs(1);
+        match tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(wait)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "traces: the last export failed"),
             Err(e) => tracing::warn!(error = %e, "traces: could not stop the exporter"),

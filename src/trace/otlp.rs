@@ -283,14 +283,57 @@ pub fn export_request(resource: &[u8], schema_url: &str, spans: &[SpanData]) -> 
     buf
 }
 
+/// The headers sent with every export: `OTEL_EXPORTER_OTLP_HEADERS`, then
+/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS` (both `key=value,key=value`), then the configured
+/// `telemetry.otlp_headers`, each overriding the one before; values percent-decoded, as
+/// the OpenTelemetry exporters do (`Basic%20…`), and marked sensitive (never shown).
+pub fn headers(
+    general: Option<&str>,
+    traces: Option<&str>,
+    configured: &std::collections::HashMap<String, String>,
+) -> anyhow::Result<reqwest::header::HeaderMap> {
+    use reqwest::header::{HeaderName, HeaderValue};
+    let from_env = |list: Option<&str>| -> Vec<(String, String)> {
+        list.unwrap_or_default()
+            .split(',')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .filter(|(k, _)| !k.is_empty())
+            .collect()
+    };
+    let mut map = reqwest::header::HeaderMap::new();
+    let all = from_env(general)
+        .into_iter()
+        .chain(from_env(traces))
+        .chain(configured.iter().map(|(k, v)| (k.clone(), v.clone())));
+    for (k, v) in all {
+        let decoded = percent_encoding::percent_decode_str(&v)
+            .decode_utf8()
+            .map_or_else(|_| v.clone(), |d| d.into_owned());
+        let mut value = HeaderValue::from_str(&decoded)
+            .map_err(|_| anyhow::anyhow!("traces: the value of header {k:?} is not valid"))?;
+        value.set_sensitive(true);
+        map.insert(HeaderName::from_bytes(k.as_bytes())?, value);
+    }
+    Ok(map)
+}
+
+/// Tries of one export: the first and up to three more, within the export's timeout.
+const TRIES: u32 = 4;
+
 /// The OTLP/HTTP exporter: each batch POSTed as protobuf to the traces URL, with the
-/// configured headers, on the gateway's runtime.
+/// configured headers, on the gateway's runtime. A collector that asks the sender to slow
+/// down (429, 503, with or without `retry-after`), a gateway in front of it that failed
+/// (502, 504) and a connection that failed are tried again, after 100 ms, 200 ms,
+/// 400 ms (or what `retry-after` asks, up to 5 s), as long as the export's timeout
+/// allows; any other answer is final.
 #[derive(Debug)]
 pub struct HttpExporter {
-    pub client: reqwest::Client,
-    pub handle: tokio::runtime::Handle,
-    pub endpoint: reqwest::Url,
-    pub headers: reqwest::header::HeaderMap,
+    client: reqwest::Client,
+    handle: tokio::runtime::Handle,
+    endpoint: reqwest::Url,
+    headers: reqwest::header::HeaderMap,
+    timeout: Duration,
     resource: Vec<u8>,
     schema_url: String,
 }
@@ -301,15 +344,62 @@ impl HttpExporter {
         handle: tokio::runtime::Handle,
         endpoint: reqwest::Url,
         headers: reqwest::header::HeaderMap,
+        timeout: Duration,
     ) -> Self {
         Self {
             client,
             handle,
             endpoint,
             headers,
+            timeout,
             resource: Vec::new(),
             schema_url: String::new(),
         }
+    }
+}
+
+/// How one try of an export ended.
+enum Try {
+    Done,
+    /// Worth another try, after at least this long (the collector's `retry-after`).
+    Again(&'static str, Option<u16>, Option<Duration>),
+    Failed(&'static str, Option<u16>),
+}
+
+async fn send(
+    client: &reqwest::Client,
+    endpoint: &reqwest::Url,
+    headers: &reqwest::header::HeaderMap,
+    body: bytes::Bytes,
+    timeout: Duration,
+) -> Try {
+    let sent = client
+        .post(endpoint.clone())
+        .headers(headers.clone())
+        .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
+        .timeout(timeout)
+        .body(body)
+        .send()
+        .await;
+    let response = match sent {
+        Ok(response) => response,
+        Err(e) if e.is_timeout() => return Try::Again("timeout", None, None),
+        Err(e) if e.is_connect() => return Try::Again("connect", None, None),
+        Err(_) => return Try::Again("request", None, None),
+    };
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|secs| Duration::from_secs(secs.min(5)));
+    // Read out (a small answer) so the connection can be used again.
+    let _ = response.bytes().await;
+    match status.as_u16() {
+        200..=299 => Try::Done,
+        code @ (429 | 502 | 503 | 504) => Try::Again("status", Some(code), retry_after),
+        code => Try::Failed("status", Some(code)),
     }
 }
 
@@ -318,39 +408,43 @@ impl opentelemetry_sdk::trace::SpanExporter for HttpExporter {
         if batch.is_empty() {
             return Ok(());
         }
-        let body = export_request(&self.resource, &self.schema_url, &batch);
+        let body = bytes::Bytes::from(export_request(&self.resource, &self.schema_url, &batch));
         drop(batch);
-        let request = self
-            .client
-            .post(self.endpoint.clone())
-            .headers(self.headers.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf")
-            .body(body);
+        let (client, endpoint, headers) = (
+            self.client.clone(),
+            self.endpoint.clone(),
+            self.headers.clone(),
+        );
+        let timeout = self.timeout;
         self.handle
             .spawn(async move {
-                let response = request.send().await.map_err(|e| {
-                    let kind = if e.is_timeout() {
-                        "timeout"
-                    } else if e.is_connect() {
-                        "connect"
-                    } else {
-                        "request"
-                    };
-                    super::export_failed(kind, None);
-                    OTelSdkError::InternalFailure(format!("OTLP export: {kind}"))
-                })?;
-                let status = response.status();
-                // Read out so the connection can be used again.
-                let _ = response.bytes().await;
-                if status.is_success() {
-                    Ok(())
-                } else {
-                    super::export_failed("status", Some(status.as_u16()));
-                    Err(OTelSdkError::InternalFailure(format!(
-                        "OTLP export: status {}",
-                        status.as_u16()
-                    )))
+                let deadline = tokio::time::Instant::now() + timeout;
+                let mut wait = Duration::from_millis(100);
+                for tried in 1..=TRIES {
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    let (kind, status) =
+                        match send(&client, &endpoint, &headers, body.clone(), left).await {
+                            Try::Done => return Ok(()),
+                            Try::Failed(kind, status) => (kind, status),
+                            Try::Again(kind, status, after) => {
+                                let pause = after.unwrap_or(wait);
+                                let next = tokio::time::Instant::now() + pause;
+                                if tried == TRIES || next >= deadline {
+                                    (kind, status)
+                                } else {
+                                    tokio::time::sleep_until(next).await;
+                                    wait *= 2;
+                                    continue;
+                                }
+                            }
+                        };
+                    super::export_failed(kind, status);
+                    return Err(OTelSdkError::InternalFailure(match status {
+                        Some(code) => format!("OTLP export: status {code}"),
+                        None => format!("OTLP export: {kind}"),
+                    }));
                 }
+                Err(OTelSdkError::InternalFailure("OTLP export: no try".into()))
             })
             .await
             .map_err(|e| OTelSdkError::InternalFailure(format!("OTLP export task: {e}")))?
@@ -501,6 +595,119 @@ mod tests {
         assert_eq!(decoded, expected);
         // Byte for byte too: the same fields in the same order, defaults left out alike.
         assert_eq!(ours, expected.encode_to_vec());
+    }
+
+    #[test]
+    fn headers_come_from_the_environment_then_the_settings_decoded() {
+        let configured = std::collections::HashMap::from([(
+            "authorization".to_string(),
+            "Basic%20cGs6c2s=".to_string(),
+        )]);
+        let map = headers(
+            Some("x-a = 1, authorization=Basic%20ZW52, x-b=two"),
+            Some("x-b=three,broken"),
+            &configured,
+        )
+        .unwrap();
+        assert_eq!(map["x-a"], "1");
+        assert_eq!(
+            map["x-b"], "three",
+            "the traces' list overrides the general one"
+        );
+        assert_eq!(
+            map["authorization"], "Basic cGs6c2s=",
+            "the settings override both"
+        );
+        assert!(map["authorization"].is_sensitive());
+        assert_eq!(map.len(), 3);
+        let bad = std::collections::HashMap::from([("x".to_string(), "a\nb".to_string())]);
+        assert!(
+            headers(None, None, &bad).is_err(),
+            "a value with a line break"
+        );
+    }
+
+    /// A collector on a free port answering each export with the next of `answers`
+    /// (status, retry-after), then 200; it keeps every body it was sent.
+    async fn collector(
+        answers: Vec<(u16, Option<&'static str>)>,
+    ) -> (
+        reqwest::Url,
+        std::sync::Arc<std::sync::Mutex<Vec<bytes::Bytes>>>,
+    ) {
+        use std::sync::{Arc, Mutex};
+        let got: Arc<Mutex<Vec<bytes::Bytes>>> = Arc::default();
+        let answers = Arc::new(Mutex::new(answers.into_iter()));
+        let kept = got.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: bytes::Bytes| {
+                let (kept, answers) = (kept.clone(), answers.clone());
+                async move {
+                    kept.lock().unwrap().push(body);
+                    let (status, after) = answers.lock().unwrap().next().unwrap_or((200, None));
+                    let mut response = axum::http::Response::builder().status(status);
+                    if let Some(after) = after {
+                        response = response.header("retry-after", after);
+                    }
+                    response.body(axum::body::Body::empty()).unwrap()
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (reqwest::Url::parse(&url).unwrap(), got)
+    }
+
+    fn exporter(url: reqwest::Url, timeout: Duration) -> HttpExporter {
+        let (resource, _) = batch();
+        let mut exporter = HttpExporter::new(
+            reqwest::Client::new(),
+            tokio::runtime::Handle::current(),
+            url,
+            reqwest::header::HeaderMap::new(),
+            timeout,
+        );
+        opentelemetry_sdk::trace::SpanExporter::set_resource(&mut exporter, &resource);
+        exporter
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_collector_that_asks_to_slow_down_gets_the_batch_again() {
+        use opentelemetry_sdk::trace::SpanExporter as _;
+        let (url, got) = collector(vec![(503, Some("0")), (429, None)]).await;
+        let (_, spans) = batch();
+        let sent = exporter(url, Duration::from_secs(10)).export(spans).await;
+        assert!(sent.is_ok(), "{sent:?}");
+        let bodies = got.lock().unwrap().clone();
+        assert_eq!(bodies.len(), 3, "503, then 429, then taken");
+        assert!(bodies.iter().all(|b| b == &bodies[0]));
+        let request = ExportTraceServiceRequest::decode(bodies[2].as_ref()).unwrap();
+        assert_eq!(request.resource_spans[0].scope_spans.len(), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_refused_batch_is_not_sent_again() {
+        use opentelemetry_sdk::trace::SpanExporter as _;
+        let (url, got) = collector(vec![(400, None)]).await;
+        let (_, spans) = batch();
+        let sent = exporter(url, Duration::from_secs(10)).export(spans).await;
+        assert!(sent.is_err());
+        assert_eq!(got.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn tries_stop_at_the_export_timeout() {
+        use opentelemetry_sdk::trace::SpanExporter as _;
+        // Always 503, asking for 5 s each time: one try fits in a 1 s timeout.
+        let (url, got) = collector(vec![(503, Some("5")); 10]).await;
+        let (_, spans) = batch();
+        let started = std::time::Instant::now();
+        let sent = exporter(url, Duration::from_secs(1)).export(spans).await;
+        assert!(sent.is_err());
+        assert_eq!(got.lock().unwrap().len(), 1);
+        assert!(started.elapsed() < Duration::from_secs(3));
     }
 
     #[test]
