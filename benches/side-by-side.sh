@@ -2,7 +2,7 @@
 # Side-by-side benchmark against nginx and LiteLLM, one command: benches/side-by-side.sh
 #
 #   1. installs Debian's nginx-light (the floor row: a plain streaming reverse proxy) when
-#      there is no nginx, as scripts/system-deps.sh installs packages (root, or sudo without
+#      there is no nginx, with scripts/apt-install.sh (root, or sudo without
 #      a password; otherwise it says what to install); the distribution's own nginx service
 #      the package starts is stopped again (the benchmark starts its own, on a free port);
 #   2. installs litellm[proxy] (pinned: benches/litellm/requirements.txt) into its own cached venv,
@@ -32,20 +32,10 @@ targets="${targets// /}"
 
 if [[ "$targets" == *,nginx,* ]] && [ -z "${BENCH_NGINX:-}" ]; then
   if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
-    if [ "$(id -u)" -eq 0 ]; then
-      SUDO=()
-    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-      SUDO=(sudo -n)
-    else
-      echo "bench: no nginx; please install Debian's nginx-light (apt-get install nginx-light), set BENCH_NGINX, or leave nginx out of BENCH_TARGETS" >&2
-      exit 1
-    fi
-    echo "bench: installing nginx-light" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    "${SUDO[@]}" apt-get install -y --no-install-recommends nginx-light >/dev/null 2>&1 \
-      || { "${SUDO[@]}" apt-get update -qq >/dev/null && "${SUDO[@]}" apt-get install -y --no-install-recommends nginx-light >/dev/null; }
+    "$here/scripts/apt-install.sh" nginx-light \
+      || { echo "bench: no nginx; set BENCH_NGINX, or leave nginx out of BENCH_TARGETS" >&2; exit 1; }
     # The package starts a system-wide nginx on port 80; the benchmark starts its own.
-    "${SUDO[@]}" invoke-rc.d nginx stop >/dev/null 2>&1 || true
+    { invoke-rc.d nginx stop || sudo -n invoke-rc.d nginx stop; } >/dev/null 2>&1 || true
   fi
   BENCH_NGINX="$(command -v nginx 2>/dev/null || echo /usr/sbin/nginx)"
   export BENCH_NGINX

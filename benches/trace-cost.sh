@@ -19,18 +19,7 @@ cache="${ASSIST_CACHE:-$HOME/.cache/assist-gateway}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/target}"
 
 if [ -z "${TRACE_COST_VALGRIND:-}" ] && ! command -v valgrind >/dev/null 2>&1; then
-  if [ "$(id -u)" -eq 0 ]; then
-    SUDO=()
-  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    SUDO=(sudo -n)
-  else
-    echo "bench: no valgrind; please install it (apt-get install valgrind) or set TRACE_COST_VALGRIND" >&2
-    exit 1
-  fi
-  echo "bench: installing valgrind" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  "${SUDO[@]}" apt-get install -y --no-install-recommends valgrind >/dev/null 2>&1 \
-    || { "${SUDO[@]}" apt-get update -qq >/dev/null && "${SUDO[@]}" apt-get install -y --no-install-recommends valgrind >/dev/null; }
+  "$here/scripts/apt-install.sh" valgrind || { echo "bench: no valgrind; or set TRACE_COST_VALGRIND" >&2; exit 1; }
 fi
 echo "bench: $("${TRACE_COST_VALGRIND:-valgrind}" --version)" >&2
 

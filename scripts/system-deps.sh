@@ -9,16 +9,12 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || missing+=(redis-server)
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 [ ${#missing[@]} -eq 0 ] && exit 0
-if [ "$(id -u)" -eq 0 ]; then
-  SUDO=()
-elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-  SUDO=(sudo -n)
-else
-  echo "system-deps: please install: ${missing[*]} (e.g. apt-get install ${missing[*]}); the tests that need them are skipped" >&2
+status=0
+"$(dirname "$0")/apt-install.sh" "${missing[@]}" || status=$?
+if [ "$status" -eq 3 ]; then
+  echo "system-deps: the tests that need ${missing[*]} are skipped" >&2
   exit 0
 fi
-echo "system-deps: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-"${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1 \
-  || { "${SUDO[@]}" apt-get update -qq >/dev/null && "${SUDO[@]}" apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
-# The package starts a system-wide server on 6379; the tests start their own on free ports.
+# A package's system-wide server (redis on 6379) is left alone: the tests start their
+# own on free ports.
+exit "$status"
