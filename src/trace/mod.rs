@@ -419,41 +419,6 @@ fn post_route(route: &'static str) -> &'static str {
         .or_insert_with(|| Box::leak(format!("POST {route}").into_boxed_str()))
 }
 
-/// The current span as an outgoing request's parent: the W3C `traceparent` header's
-/// value, and `tracestate`'s when the span carries one; `None` without a valid current
-/// span. The same text the SDK's `TraceContextPropagator` writes (it also writes an empty
-/// `tracestate`), without its formatting machinery (a third of tracing's cost per passthrough answer went to it).
-pub fn traceparent() -> Option<(http::HeaderValue, Option<http::HeaderValue>)> {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let cx = Context::current();
-    let span = cx.span();
-    let context = span.span_context();
-    if !context.is_valid() {
-        return None;
-    }
-    let mut out = Vec::with_capacity(55);
-    out.extend_from_slice(b"00-");
-    let hex = |bytes: &[u8], out: &mut Vec<u8>| {
-        for b in bytes {
-            out.push(HEX[usize::from(b >> 4)]);
-            out.push(HEX[usize::from(b & 0xf)]);
-        }
-    };
-    hex(&context.trace_id().to_bytes(), &mut out);
-    out.push(b'-');
-    hex(&context.span_id().to_bytes(), &mut out);
-    out.push(b'-');
-    let flags = context.trace_flags() & opentelemetry::trace::TraceFlags::SAMPLED;
-    hex(&[flags.to_u8()], &mut out);
-    let parent = http::HeaderValue::from_bytes(&out).ok()?;
-    let state = context.trace_state().header();
-    let state = match state.is_empty() {
-        true => None,
-        false => http::HeaderValue::from_str(&state).ok(),
-    };
-    Some((parent, state))
-}
-
 /// Messages in the GenAI conventions' shape (`gen_ai.input.messages`,
 /// `gen_ai.output.messages`): `[{"role", "parts": [{"type": "text", "content"}]}]`.
 pub fn messages_json<'a>(messages: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
@@ -503,39 +468,6 @@ mod tests {
         let m = messages_json([("user", "hi")]);
         let v: serde_json::Value = serde_json::from_str(&m).unwrap();
         assert_eq!(v[0]["parts"][0]["content"], "hi");
-    }
-
-    #[test]
-    fn traceparent_is_what_the_sdk_propagator_writes() {
-        use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
-        assert!(traceparent().is_none(), "no span, no header");
-        for (flags, state) in [
-            (TraceFlags::SAMPLED, ""),
-            (TraceFlags::default(), "vendor=opaque,other=1"),
-        ] {
-            let context = SpanContext::new(
-                TraceId::from(0x0af7651916cd43dd8448eb211c80319c_u128),
-                SpanId::from(0x00f067aa0ba902b7_u64),
-                flags,
-                true,
-                TraceState::from_key_value(state.split(',').filter_map(|kv| kv.split_once('=')))
-                    .unwrap(),
-            );
-            let cx = Context::new().with_remote_span_context(context);
-            let mut expected = HashMap::new();
-            W3C.inject_context(&cx, &mut expected);
-            let _attached = cx.attach();
-            let (parent, ours_state) = traceparent().unwrap();
-            assert_eq!(parent.to_str().unwrap(), expected["traceparent"]);
-            // The SDK also sends an empty `tracestate`; an empty one is left out here.
-            assert_eq!(
-                ours_state.map(|s| s.to_str().unwrap().to_string()),
-                expected
-                    .get("tracestate")
-                    .filter(|s| !s.is_empty())
-                    .cloned()
-            );
-        }
     }
 
     #[test]
