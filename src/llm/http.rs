@@ -476,9 +476,14 @@ fn traceparent() -> Option<(http::HeaderValue, Option<http::HeaderValue>)> {
 /// The current trace span (the OpenTelemetry context the caller polls this request in,
 /// when traces are exported) as the request's parent: a W3C `traceparent` header.
 fn with_trace_context(rb: RequestBuilder) -> RequestBuilder {
+    // Header names made once, not parsed from text on every request.
+    static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+    static TRACESTATE: http::HeaderName = http::HeaderName::from_static("tracestate");
     match traceparent() {
-        Some((parent, Some(state))) => rb.header("traceparent", parent).header("tracestate", state),
-        Some((parent, None)) => rb.header("traceparent", parent),
+        Some((parent, Some(state))) => rb
+            .header(TRACEPARENT.clone(), parent)
+            .header(TRACESTATE.clone(), state),
+        Some((parent, None)) => rb.header(TRACEPARENT.clone(), parent),
         None => rb,
     }
 }
