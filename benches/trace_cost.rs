@@ -35,7 +35,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{env_or, start_gateway_on, GatewayOptions, OtlpSink};
+use common::{env_or, start_gateway_on, thousands, GatewayOptions, OtlpSink};
 use futures::StreamExt;
 use serde_json::json;
 use support::{Reply, ScriptedUpstream, UPSTREAM_MODEL};
@@ -141,18 +141,6 @@ async fn count(
         );
     }
     instructions(&log)
-}
-
-fn thousands(v: f64) -> String {
-    let s = format!("{:.0}", v);
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[tokio::main]

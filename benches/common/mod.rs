@@ -251,6 +251,22 @@ pub fn percentile(values: &[u64], p: f64) -> f64 {
     v[i] as f64 / 1000.0
 }
 
+/// A count with thousands separated by commas (16840.4 → "16,840"); "-" when not finite.
+pub fn thousands(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".to_string();
+    }
+    let digits = (v.round() as u64).to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Waits until GET `url` answers 200, at most `secs` seconds.
 pub async fn wait_ok(url: &str, secs: u64, proc_: &mut Proc) {
     let client = reqwest::Client::new();

@@ -92,8 +92,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{
-    command_on, env_or, free_port, mib, percentile, rss_tree_kib, start_gateway_on, wait_ok,
-    GatewayOptions, GatewayProcess, OtlpSink, Proc, RssSampler,
+    command_on, env_or, free_port, mib, percentile, rss_tree_kib, start_gateway_on, thousands,
+    wait_ok, GatewayOptions, GatewayProcess, OtlpSink, Proc, RssSampler,
 };
 use serde_json::json;
 use support::{Reply, ScriptedUpstream, UPSTREAM_MODEL};

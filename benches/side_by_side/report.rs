@@ -3,22 +3,6 @@
 
 use super::*;
 
-/// 16840.4 → "16,840".
-pub(crate) fn thousands(v: f64) -> String {
-    if !v.is_finite() {
-        return "-".to_string();
-    }
-    let digits = (v.round() as u64).to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// The highest ladder rate such that it and every lower step were reached with p99 ≤ bound.
 pub(crate) fn max_rate(row: &Row, bound_ms: f64) -> Option<f64> {
     row.ladder
