@@ -10,12 +10,12 @@
 //! pipeline, rules classifier, BM25 over `examples/knowledge`), untraced and traced (spans
 //! exported over OTLP/HTTP to a receiver in this process, which answers as a collector
 //! does), the release gateway is started under valgrind twice: once answering
-//! `TRACE_COST_WARM` (100) questions, once `TRACE_COST_WARM + TRACE_COST_N` (100 + 1,000),
+//! `TRACE_COST_WARM` (100) questions, once `TRACE_COST_WARM + TRACE_COST_N` (100 + 2,000),
 //! then stopped with SIGTERM (the exporter flushes what it holds). The difference between
 //! the two runs' counts over `TRACE_COST_N` is the instructions one answer costs, start-up
 //! and warm-up taken out. Answers alternate streamed and whole, four at a time, 20 tokens
 //! each from the scripted upstream (in this process, OpenAI's SSE byte for byte).
-//! `TRACE_COST_REPEAT` (2) pairs of runs per row show how steady the count is.
+//! `TRACE_COST_REPEAT` (3) pairs of runs per row show how steady the count is.
 //!
 //! Environment: TRACE_COST_N, TRACE_COST_WARM, TRACE_COST_REPEAT, TRACE_COST_TARGETS
 //! [passthrough,brunix], TRACE_COST_VALGRIND [valgrind], TRACE_COST_KEEP [none]: a
@@ -146,9 +146,9 @@ async fn count(
 #[tokio::main]
 async fn main() {
     common::kill_children_on_signal();
-    let n: usize = env_or("TRACE_COST_N", 1000);
+    let n: usize = env_or("TRACE_COST_N", 2000);
     let warm: usize = env_or("TRACE_COST_WARM", 100);
-    let repeat: usize = env_or("TRACE_COST_REPEAT", 2);
+    let repeat: usize = env_or("TRACE_COST_REPEAT", 3);
     let valgrind: String = env_or("TRACE_COST_VALGRIND", "valgrind".to_string());
     let targets: String = env_or("TRACE_COST_TARGETS", "passthrough,brunix".to_string());
     let upstream = ScriptedUpstream::start().await;

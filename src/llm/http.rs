@@ -450,20 +450,18 @@ fn traceparent() -> Option<(http::HeaderValue, Option<http::HeaderValue>)> {
     if !context.is_valid() {
         return None;
     }
-    let mut out = Vec::with_capacity(55);
-    out.extend_from_slice(b"00-");
-    let hex = |bytes: &[u8], out: &mut Vec<u8>| {
-        for b in bytes {
-            out.push(HEX[usize::from(b >> 4)]);
-            out.push(HEX[usize::from(b & 0xf)]);
+    // `00-{trace id}-{span id}-{flags}`, in hex.
+    let mut out = *b"00-00000000000000000000000000000000-0000000000000000-00";
+    let hex = |bytes: &[u8], out: &mut [u8]| {
+        for (b, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
+            pair[0] = HEX[usize::from(b >> 4)];
+            pair[1] = HEX[usize::from(b & 0xf)];
         }
     };
-    hex(&context.trace_id().to_bytes(), &mut out);
-    out.push(b'-');
-    hex(&context.span_id().to_bytes(), &mut out);
-    out.push(b'-');
+    hex(&context.trace_id().to_bytes(), &mut out[3..35]);
+    hex(&context.span_id().to_bytes(), &mut out[36..52]);
     let flags = context.trace_flags() & opentelemetry::trace::TraceFlags::SAMPLED;
-    hex(&[flags.to_u8()], &mut out);
+    hex(&[flags.to_u8()], &mut out[53..55]);
     let parent = http::HeaderValue::from_bytes(&out).ok()?;
     let state = context.trace_state().header();
     let state = match state.is_empty() {

@@ -39,13 +39,15 @@ impl Pipeline {
                     },
                 ),
                 KeyValue::new("gen_ai.request.model", model.clone()),
-                KeyValue::new("gen_ai.request.stream", true),
+                KeyValue::new("gen_ai.request.stream", !request.whole),
                 KeyValue::new("server.address", self.server.0.clone()),
                 KeyValue::new("server.port", self.server.1),
                 // The upstream does not say which model answered: the one asked.
                 KeyValue::new("gen_ai.response.model", model),
-                KeyValue::new("assist.tools", request.tools.len() as i64),
             ];
+            if !request.tools.is_empty() {
+                attributes.push(KeyValue::new("assist.tools", request.tools.len() as i64));
+            }
             if let Some(max) = request.params.max_tokens {
                 attributes.push(KeyValue::new("gen_ai.request.max_tokens", i64::from(max)));
             }

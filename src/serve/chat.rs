@@ -481,7 +481,12 @@ impl ChatLog {
             self.span.set_all([
                 KeyValue::new(
                     "gen_ai.request.model",
-                    truncate_chars(model, LOGGED_MODEL_CHARS).to_string(),
+                    // Bytes bound characters: most names need no counting.
+                    if model.len() <= LOGGED_MODEL_CHARS {
+                        model.to_string()
+                    } else {
+                        truncate_chars(model, LOGGED_MODEL_CHARS)
+                    },
                 ),
                 KeyValue::new("gen_ai.request.stream", stream),
             ]);
@@ -550,13 +555,14 @@ impl Drop for ChatLog {
         .record();
         let ttft_ms = ttft.map(|t| t.as_secs_f64() * 1e3);
         if self.span.is_recording() {
-            self.span.set_all([
-                KeyValue::new("http.response.status_code", i64::from(self.status)),
-                KeyValue::new("assist.outcome", self.outcome),
-            ]);
-            if let Some(ms) = ttft_ms {
-                self.span.set("assist.ttft_ms", ms);
-            }
+            self.span.set_all(
+                [
+                    KeyValue::new("http.response.status_code", i64::from(self.status)),
+                    KeyValue::new("assist.outcome", self.outcome),
+                ]
+                .into_iter()
+                .chain(ttft_ms.map(|ms| KeyValue::new("assist.ttft_ms", ms))),
+            );
             if let Some(error) = self.error {
                 self.span.fail(error);
             }

@@ -333,7 +333,7 @@ impl Span {
     }
 
     /// Several attributes at once (one lock of the span, not one each).
-    pub fn set_all<const N: usize>(&self, attributes: [KeyValue; N]) {
+    pub fn set_all(&self, attributes: impl IntoIterator<Item = KeyValue>) {
         if let Some(cx) = &self.cx {
             cx.span().set_attributes(attributes);
         }
@@ -394,9 +394,14 @@ pub fn request_span(
         "grpc" | "mcp" => Cow::Borrowed(route),
         _ => Cow::Borrowed(post_route(route)),
     };
+    // Most requests carry no `traceparent`: looked up by a name made once, and the
+    // propagator (which parses both names from text) asked only when there is one.
+    static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
     let parent = match headers {
-        Some(headers) => W3C.extract(&opentelemetry_http::HeaderExtractor(headers)),
-        None => Context::new(),
+        Some(headers) if headers.contains_key(&TRACEPARENT) => {
+            W3C.extract(&opentelemetry_http::HeaderExtractor(headers))
+        }
+        _ => Context::new(),
     };
     Span::begin(&parent, name, SpanKind::Server, || {
         vec![

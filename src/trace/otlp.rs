@@ -21,44 +21,68 @@ use opentelemetry_sdk::trace::SpanData;
 use opentelemetry_sdk::Resource;
 use prost::encoding::{encode_varint, WireType};
 
+/// Appends a varint: one byte for most (keys, short lengths), prost's loop for the rest.
+#[inline]
+fn varint(buf: &mut Vec<u8>, value: u64) {
+    if value < 0x80 {
+        buf.push(value as u8);
+    } else {
+        encode_varint(value, buf);
+    }
+}
+
+/// How many bytes `value` takes as a varint.
+fn varint_len(value: u64) -> usize {
+    prost::encoding::encoded_len_varint(value)
+}
+
 /// Appends a field's key (its number and wire type).
+#[inline]
 fn key(buf: &mut Vec<u8>, field: u32, wire: WireType) {
-    encode_varint(u64::from(field << 3 | wire as u32), buf);
+    varint(buf, u64::from(field << 3 | wire as u32));
 }
 
 /// A length-delimited field whose contents `body` writes: its length is known only after,
 /// so one byte is kept for it and the contents moved when the length needs more.
 fn nested(buf: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
+    nested_in(buf, field, 1, body);
+}
+
+/// [`nested`] with `room` bytes kept for the length (a span's is two: most spans are
+/// 128 bytes to 16 KiB); the contents move only when the length needs more or fewer.
+fn nested_in(buf: &mut Vec<u8>, field: u32, room: usize, body: impl FnOnce(&mut Vec<u8>)) {
     key(buf, field, WireType::LengthDelimited);
     let at = buf.len();
-    buf.push(0);
+    buf.resize(at + room, 0);
     body(buf);
     let end = buf.len();
-    let len = end - at - 1;
-    if len < 0x80 {
-        buf[at] = len as u8;
-    } else {
-        // The length's varint, then the contents moved along by its extra bytes.
-        let mut prefix = [0u8; 10];
-        let mut n = 0;
-        let mut rest = len;
-        while rest >= 0x80 {
-            prefix[n] = (rest as u8) | 0x80;
-            rest >>= 7;
-            n += 1;
+    let len = end - at - room;
+    let need = varint_len(len as u64);
+    if need != room {
+        // The contents moved along (or back) to fit the length's varint.
+        if need > room {
+            buf.resize(end + need - room, 0);
         }
-        prefix[n] = rest as u8;
-        n += 1;
-        buf.resize(end + n - 1, 0);
-        buf.copy_within(at + 1..end, at + n);
-        buf[at..at + n].copy_from_slice(&prefix[..n]);
+        buf.copy_within(at + room..end, at + need);
+        buf.truncate(end + need - room);
     }
+    put_varint(&mut buf[at..at + need], len as u64);
+}
+
+/// Writes `value`'s varint into `out`, exactly its length.
+fn put_varint(out: &mut [u8], mut value: u64) {
+    let last = out.len() - 1;
+    for byte in &mut out[..last] {
+        *byte = (value as u8) | 0x80;
+        value >>= 7;
+    }
+    out[last] = value as u8;
 }
 
 fn bytes(buf: &mut Vec<u8>, field: u32, value: &[u8]) {
     if !value.is_empty() {
         key(buf, field, WireType::LengthDelimited);
-        encode_varint(value.len() as u64, buf);
+        varint(buf, value.len() as u64);
         buf.extend_from_slice(value);
     }
 }
@@ -70,7 +94,7 @@ fn string(buf: &mut Vec<u8>, field: u32, value: &str) {
 fn uint(buf: &mut Vec<u8>, field: u32, value: u64) {
     if value != 0 {
         key(buf, field, WireType::Varint);
-        encode_varint(value, buf);
+        varint(buf, value);
     }
 }
 
@@ -94,21 +118,36 @@ fn nanos(time: SystemTime) -> u64 {
         .as_nanos() as u64
 }
 
+/// The length of an `AnyValue` holding `value`, when it is a scalar (an array's is
+/// known only by writing it).
+fn any_value_len(value: &Value) -> Option<usize> {
+    Some(match value {
+        Value::String(s) => {
+            let len = s.as_str().len();
+            1 + varint_len(len as u64) + len
+        }
+        Value::Bool(_) => 2,
+        Value::I64(i) => 1 + varint_len(*i as u64),
+        Value::F64(_) => 9,
+        _ => return None,
+    })
+}
+
 /// An `AnyValue`'s one field (a oneof: written even when it holds its type's default).
 fn any_value(buf: &mut Vec<u8>, value: &Value) {
     match value {
         Value::String(s) => {
             key(buf, 1, WireType::LengthDelimited);
-            encode_varint(s.as_str().len() as u64, buf);
+            varint(buf, s.as_str().len() as u64);
             buf.extend_from_slice(s.as_str().as_bytes());
         }
         Value::Bool(b) => {
             key(buf, 2, WireType::Varint);
-            encode_varint(u64::from(*b), buf);
+            buf.push(u8::from(*b));
         }
         Value::I64(i) => {
             key(buf, 3, WireType::Varint);
-            encode_varint(*i as u64, buf);
+            varint(buf, *i as u64);
         }
         Value::F64(f) => {
             key(buf, 4, WireType::SixtyFourBit);
@@ -119,7 +158,7 @@ fn any_value(buf: &mut Vec<u8>, value: &Value) {
         other => {
             let text = other.to_string();
             key(buf, 1, WireType::LengthDelimited);
-            encode_varint(text.len() as u64, buf);
+            varint(buf, text.len() as u64);
             buf.extend_from_slice(text.as_bytes());
         }
     }
@@ -148,10 +187,26 @@ fn attributes<'a>(
     attributes: impl IntoIterator<Item = (&'a str, &'a Value)>,
 ) {
     for (k, v) in attributes {
-        nested(buf, field, |buf| {
-            string(buf, 1, k);
-            nested(buf, 2, |buf| any_value(buf, v));
-        });
+        let Some(value) = any_value_len(v) else {
+            nested(buf, field, |buf| {
+                string(buf, 1, k);
+                nested(buf, 2, |buf| any_value(buf, v));
+            });
+            continue;
+        };
+        // A scalar's lengths are known before writing it: nothing to move.
+        let key_field = if k.is_empty() {
+            0
+        } else {
+            1 + varint_len(k.len() as u64) + k.len()
+        };
+        let len = key_field + 1 + varint_len(value as u64) + value;
+        key(buf, field, WireType::LengthDelimited);
+        varint(buf, len as u64);
+        string(buf, 1, k);
+        key(buf, 2, WireType::LengthDelimited);
+        varint(buf, value as u64);
+        any_value(buf, v);
     }
 }
 
@@ -251,7 +306,12 @@ pub fn resource(resource: &Resource) -> Vec<u8> {
 
 /// An `ExportTraceServiceRequest` of `spans`, from one resource (`resource` as
 /// [`resource`] encoded it, with its schema URL), grouped by instrumentation scope.
-pub fn export_request(resource: &[u8], schema_url: &str, spans: &[SpanData]) -> Vec<u8> {
+///
+/// The spans are written first, after room left for what goes before them (the
+/// request's, the resource's and the scope's keys and lengths, the resource and the
+/// scope), which is written into that room once the lengths are known; the bytes are
+/// never moved along, however large the batch.
+pub fn export_request(resource: &[u8], schema_url: &str, spans: &[SpanData]) -> bytes::Bytes {
     // The scopes in the order they first appear; the gateway's spans have one.
     let mut scopes: Vec<&InstrumentationScope> = Vec::new();
     for s in spans {
@@ -261,26 +321,65 @@ pub fn export_request(resource: &[u8], schema_url: &str, spans: &[SpanData]) -> 
             scopes.push(scope);
         }
     }
-    let mut buf = Vec::with_capacity(resource.len() + 64 + spans.len() * 384);
-    nested(&mut buf, 1, |buf| {
-        nested(buf, 1, |buf| buf.extend_from_slice(resource));
-        for each in &scopes {
-            nested(buf, 2, |buf| {
-                nested(buf, 1, |buf| scope(buf, each));
-                // One scope (the gateway's spans): every span, no comparing.
-                let one = scopes.len() == 1;
-                for s in spans
-                    .iter()
-                    .filter(|s| one || &s.instrumentation_scope == *each)
-                {
-                    nested(buf, 2, |buf| span(buf, s));
-                }
-                string(buf, 3, each.schema_url().unwrap_or_default());
-            });
+    // With one scope (the gateway's spans), its `ScopeSpans` opens in the room too.
+    let one = match scopes[..] {
+        [only] => {
+            let mut field = Vec::new();
+            nested(&mut field, 1, |buf| scope(buf, only));
+            Some((only, field))
         }
-        string(buf, 3, schema_url);
-    });
-    buf
+        _ => None,
+    };
+    // Three keys and lengths (at most 1 + 5 bytes each), the resource, the scope.
+    let room = 3 * 6 + 6 + resource.len() + one.as_ref().map_or(0, |(_, f)| f.len());
+    let mut buf = Vec::with_capacity(room + 64 + spans.len() * 512);
+    buf.resize(room, 0);
+    // With one scope: the scope's field and the length of its `ScopeSpans`' contents.
+    let opened: Option<(&[u8], usize)> = match &one {
+        Some((only, field)) => {
+            for s in spans {
+                nested_in(&mut buf, 2, 2, |buf| span(buf, s));
+            }
+            string(&mut buf, 3, only.schema_url().unwrap_or_default());
+            Some((field, field.len() + buf.len() - room))
+        }
+        None => {
+            for each in &scopes {
+                nested(&mut buf, 2, |buf| {
+                    nested(buf, 1, |buf| scope(buf, each));
+                    for s in spans.iter().filter(|s| &s.instrumentation_scope == *each) {
+                        nested_in(buf, 2, 2, |buf| span(buf, s));
+                    }
+                    string(buf, 3, each.schema_url().unwrap_or_default());
+                });
+            }
+            None
+        }
+    };
+    string(&mut buf, 3, schema_url);
+    // What goes before the spans, now that every length is known.
+    let resource_field = 1 + varint_len(resource.len() as u64) + resource.len();
+    let ahead = opened.map_or(0, |(field, len)| 1 + varint_len(len as u64) + field.len());
+    let resource_spans = resource_field + ahead + (buf.len() - room);
+    let mut head = Vec::with_capacity(room);
+    key(&mut head, 1, WireType::LengthDelimited);
+    varint(&mut head, resource_spans as u64);
+    bytes_always(&mut head, 1, resource);
+    if let Some((field, len)) = opened {
+        key(&mut head, 2, WireType::LengthDelimited);
+        varint(&mut head, len as u64);
+        head.extend_from_slice(field);
+    }
+    let start = room - head.len();
+    buf[start..room].copy_from_slice(&head);
+    bytes::Bytes::from(buf).slice(start..)
+}
+
+/// A length-delimited field written even when empty (the resource is always sent).
+fn bytes_always(buf: &mut Vec<u8>, field: u32, value: &[u8]) {
+    key(buf, field, WireType::LengthDelimited);
+    varint(buf, value.len() as u64);
+    buf.extend_from_slice(value);
 }
 
 /// The headers sent with every export: `OTEL_EXPORTER_OTLP_HEADERS`, then
@@ -408,7 +507,7 @@ impl opentelemetry_sdk::trace::SpanExporter for HttpExporter {
         if batch.is_empty() {
             return Ok(());
         }
-        let body = bytes::Bytes::from(export_request(&self.resource, &self.schema_url, &batch));
+        let body = export_request(&self.resource, &self.schema_url, &batch);
         drop(batch);
         let (client, endpoint, headers) = (
             self.client.clone(),
@@ -590,11 +689,11 @@ mod tests {
         let (resource, spans) = batch();
         let schema = resource.schema_url().unwrap_or_default().to_string();
         let ours = export_request(&self::resource(&resource), &schema, &spans);
-        let decoded = ExportTraceServiceRequest::decode(ours.as_slice()).unwrap();
+        let decoded = ExportTraceServiceRequest::decode(&ours[..]).unwrap();
         let expected = reference(&resource, spans);
         assert_eq!(decoded, expected);
         // Byte for byte too: the same fields in the same order, defaults left out alike.
-        assert_eq!(ours, expected.encode_to_vec());
+        assert_eq!(ours[..], expected.encode_to_vec()[..]);
     }
 
     #[test]
@@ -716,10 +815,41 @@ mod tests {
         let (resource, one) = batch();
         let spans: Vec<SpanData> = one.iter().cycle().take(600).cloned().collect();
         let ours = export_request(&self::resource(&resource), "", &spans);
-        let decoded = ExportTraceServiceRequest::decode(ours.as_slice()).unwrap();
+        let decoded = ExportTraceServiceRequest::decode(&ours[..]).unwrap();
         let mut expected = reference(&resource, spans);
         expected.resource_spans[0].schema_url.clear();
         assert_eq!(decoded, expected);
         assert!(ours.len() > 100_000, "{}", ours.len());
+    }
+
+    #[test]
+    fn one_scope_is_written_byte_for_byte_whatever_the_span_sizes() {
+        // The gateway's case: every span of one scope, its `ScopeSpans` opened ahead of
+        // the spans; spans under 128 bytes, past 16 KiB, and batches of every length.
+        let (resource, all) = batch();
+        let gateway = all[0].instrumentation_scope.clone();
+        let mut tiny = span_data("p", &gateway);
+        tiny.attributes.clear();
+        let mut huge = span_data("answer", &gateway);
+        huge.attributes
+            .push(KeyValue::new("gen_ai.output", "x".repeat(20_000)));
+        let mut ordinary = all[1].clone();
+        ordinary.instrumentation_scope = gateway.clone();
+        let kinds = [tiny, ordinary, huge];
+        for n in [1, 2, 3, 40, 300] {
+            let spans: Vec<SpanData> = kinds.iter().cycle().take(n).cloned().collect();
+            let schema = resource.schema_url().unwrap_or_default().to_string();
+            let ours = export_request(&self::resource(&resource), &schema, &spans);
+            let expected = reference(&resource, spans).encode_to_vec();
+            assert_eq!(ours[..], expected[..], "{n} spans");
+        }
+        let ours = export_request(&self::resource(&Resource::builder_empty().build()), "", &[]);
+        assert_eq!(
+            ExportTraceServiceRequest::decode(&ours[..])
+                .unwrap()
+                .resource_spans
+                .len(),
+            1
+        );
     }
 }

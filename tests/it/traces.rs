@@ -395,6 +395,7 @@ async fn phoenix_shows_every_stage_of_an_answer_and_no_content_unless_asked() {
     assert_eq!(attr(chat, "gen_ai.operation.name"), "chat");
     assert_eq!(attr(chat, "gen_ai.request.model"), UPSTREAM_MODEL);
     assert_eq!(attr(chat, "gen_ai.response.model"), UPSTREAM_MODEL);
+    assert_eq!(attr(chat, "gen_ai.request.stream"), true);
     assert_eq!(attr(chat, "server.address"), "127.0.0.1");
     assert!(attr(chat, "gen_ai.usage.input_tokens").as_i64().unwrap() > 0);
     assert!(attr(chat, "gen_ai.usage.output_tokens").as_i64().unwrap() > 0);
@@ -492,6 +493,10 @@ async fn phoenix_shows_every_stage_of_an_answer_and_no_content_unless_asked() {
         UPSTREAM_MODEL
     );
     assert_eq!(attr(named(&spans, root), "gen_ai.request.stream"), false);
+    // A whole answer is asked of the upstream whole.
+    let chat = named(&spans, "chat up-model:latest");
+    assert_eq!(attr(chat, "gen_ai.request.stream"), false);
+    assert!(attr(chat, "assist.tools").is_null(), "no tools, no count");
     let all = serde_json::to_string(&spans).unwrap();
     assert!(!all.contains("QUESTION_MARKER_71") && !all.contains("ANSWER_MARKER_72"));
 
