@@ -28,7 +28,9 @@ impl Pipeline {
         // One string for both attributes.
         let model: std::sync::Arc<str> = request.model.as_str().into();
         let span = current.child_of_kind(name, SpanKind::Client, || {
-            let mut attributes = vec![
+            // Room for those set at the end (usage, finish, time to first chunk).
+            let mut attributes = Vec::with_capacity(16);
+            attributes.extend([
                 KeyValue::new("gen_ai.operation.name", operation),
                 KeyValue::new(
                     "gen_ai.provider.name",
@@ -44,7 +46,7 @@ impl Pipeline {
                 KeyValue::new("server.port", self.server.1),
                 // The upstream does not say which model answered: the one asked.
                 KeyValue::new("gen_ai.response.model", model),
-            ];
+            ]);
             if !request.tools.is_empty() {
                 attributes.push(KeyValue::new("assist.tools", request.tools.len() as i64));
             }

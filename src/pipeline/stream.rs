@@ -42,6 +42,7 @@ impl Pipeline {
             clock,
             span,
             asked: Instant::now(),
+            first_chunk: std::cell::Cell::new(None),
             privacy: (traced && trace::capture_content()).then(|| self.privacy.clone()),
         }
     }
@@ -68,6 +69,9 @@ pub(super) struct Upstream {
     pub(super) span: trace::Span,
     /// When the upstream was asked (for the time to the first token).
     pub(super) asked: Instant,
+    /// Seconds from asking to the first piece, until the span holds them (set with the
+    /// usage at the end, in one lock, or when this is dropped).
+    pub(super) first_chunk: std::cell::Cell<Option<f64>>,
     /// With content capture: the rules the answer is cleaned by before it is recorded.
     pub(super) privacy: Option<Arc<Privacy>>,
 }
@@ -76,8 +80,8 @@ impl Upstream {
     /// The first piece of the answer arrived.
     fn first_token(&self) {
         if self.span.is_recording() {
-            let secs = self.asked.elapsed().as_secs_f64();
-            self.span.set("gen_ai.response.time_to_first_chunk", secs);
+            self.first_chunk
+                .set(Some(self.asked.elapsed().as_secs_f64()));
             self.span.event("first token");
         }
     }
@@ -88,20 +92,41 @@ impl Upstream {
         if !span.is_recording() {
             return;
         }
-        span.set_all([
-            KeyValue::new("gen_ai.usage.input_tokens", usage.prompt_tokens as i64),
-            KeyValue::new("gen_ai.usage.output_tokens", usage.completion_tokens as i64),
-            KeyValue::new(
-                "gen_ai.response.finish_reasons",
-                trace::Span::strings(&[finish.as_str()]),
-            ),
-        ]);
+        span.set_all(
+            [
+                KeyValue::new("gen_ai.usage.input_tokens", usage.prompt_tokens as i64),
+                KeyValue::new("gen_ai.usage.output_tokens", usage.completion_tokens as i64),
+                KeyValue::new(
+                    "gen_ai.response.finish_reasons",
+                    trace::Span::strings(&[finish.as_str()]),
+                ),
+            ]
+            .into_iter()
+            .chain(self.first_chunk_attribute()),
+        );
         if let Some(privacy) = &self.privacy {
             let _ = privacy.clean(answer);
             let messages = serde_json::json!([{"role": "assistant",
                 "parts": [{"type": "text", "content": answer}], "finish_reason": finish.as_str()}]);
             span.set("gen_ai.output.messages", messages.to_string());
             span.set("output.value", std::mem::take(answer));
+        }
+    }
+}
+
+impl Upstream {
+    fn first_chunk_attribute(&self) -> Option<KeyValue> {
+        self.first_chunk
+            .take()
+            .map(|secs| KeyValue::new("gen_ai.response.time_to_first_chunk", secs))
+    }
+}
+
+impl Drop for Upstream {
+    /// An answer that failed or was dropped after its first piece still has its time.
+    fn drop(&mut self) {
+        if let Some(attribute) = self.first_chunk_attribute() {
+            self.span.set_all([attribute]);
         }
     }
 }

@@ -404,10 +404,14 @@ pub fn request_span(
         _ => Context::new(),
     };
     Span::begin(&parent, name, SpanKind::Server, || {
-        vec![
+        // Room for the attributes set later (the model, the key, the outcome, …): one
+        // allocation, not one each time the list doubles.
+        let mut attributes = Vec::with_capacity(12);
+        attributes.extend([
             KeyValue::new("openinference.span.kind", "CHAIN"),
             KeyValue::new("assist.dialect", dialect),
-        ]
+        ]);
+        attributes
     })
 }
 

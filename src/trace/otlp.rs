@@ -229,7 +229,10 @@ fn span(buf: &mut Vec<u8>, span: &SpanData) {
     let context = &span.span_context;
     bytes(buf, 1, &context.trace_id().to_bytes());
     bytes(buf, 2, &context.span_id().to_bytes());
-    string(buf, 3, &context.trace_state().header());
+    // Most spans have no trace state: no header string made for them.
+    if context.trace_state() != &opentelemetry::trace::TraceState::NONE {
+        string(buf, 3, &context.trace_state().header());
+    }
     if span.parent_span_id != opentelemetry::trace::SpanId::INVALID {
         bytes(buf, 4, &span.parent_span_id.to_bytes());
     }
