@@ -32,6 +32,12 @@ pub trait HttpRender: Render<Piece = Bytes> {
     const CONTENT_TYPE: &'static str;
     /// A whole answer, as one JSON body.
     fn whole(&self, answer: &Answer, timing: Timing) -> Value;
+    /// [`HttpRender::whole`]'s bytes; a dialect may write them without building the
+    /// JSON tree first (the same bytes: each such dialect tests it).
+    fn whole_bytes(&self, answer: &Answer, timing: Timing) -> Vec<u8> {
+        // Serialising a JSON tree into memory cannot fail.
+        serde_json::to_vec(&self.whole(answer, timing)).unwrap_or_default()
+    }
     /// The base URL of source links (`/v1/sources/{id}`), for a dialect that cites
     /// sources as links.
     fn link_sources(&mut self, _base: &str) {}
@@ -235,7 +241,14 @@ fn loaded() -> Answer {
 
 fn whole<R: HttpRender>(render: &R, answer: &Answer, mut log: ChatLog) -> Response {
     log.done(answer.usage);
-    let mut response = axum::Json(render.whole(answer, log.timing())).into_response();
+    let mut response = (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        render.whole_bytes(answer, log.timing()),
+    )
+        .into_response();
     mark(&mut response);
     response
 }

@@ -2,6 +2,7 @@
 //! chunks, one finish chunk, the usage chunk when asked, `[DONE]`) or one JSON body.
 
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::error::GatewayError;
@@ -205,27 +206,146 @@ impl Render for Sse {
 impl Sse {
     /// One `url_citation` per source, linking to `/v1/sources/{id}` and spanning the
     /// answer's `chars` characters; `None` without sources or links.
-    fn annotations(&self, sources: Option<&[Source]>, chars: usize) -> Option<Value> {
+    fn citations(&self, sources: Option<&[Source]>, chars: usize) -> Option<Vec<Annotation>> {
         let base = self.links.as_deref()?;
         let sources = sources.filter(|s| !s.is_empty())?;
         Some(
             sources
                 .iter()
-                .map(|s| {
-                    json!({"type": "url_citation", "url_citation": {
-                        "url": sources::link(base, &s.id),
-                        "title": s.title(),
-                        "start_index": 0,
-                        "end_index": chars,
-                    }})
+                .map(|s| Annotation {
+                    r#type: "url_citation",
+                    url_citation: UrlCitation {
+                        url: sources::link(base, &s.id),
+                        title: s.title(),
+                        start_index: 0,
+                        end_index: chars,
+                    },
                 })
                 .collect(),
         )
+    }
+
+    /// [`Sse::citations`] as JSON.
+    fn annotations(&self, sources: Option<&[Source]>, chars: usize) -> Option<Value> {
+        // A list of plain fields always has a JSON form.
+        self.citations(sources, chars)
+            .and_then(|list| serde_json::to_value(list).ok())
+    }
+}
+
+/// An OpenAI whole answer, serialised from the answer's own fields without a JSON tree
+/// in between (sources and their citations are the costly part of a tree: an
+/// allocation for every key). Fields in the order of [`HttpRender::whole`]'s tree.
+#[derive(Serialize)]
+struct WholeBody<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: i64,
+    model: &'a str,
+    choices: [WholeChoice<'a>; 1],
+    usage: UsageJson,
+    system_fingerprint: (),
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sources: Option<&'a [Source]>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    context_items: &'a [crate::context::UsedItem],
+}
+
+#[derive(Serialize)]
+struct WholeChoice<'a> {
+    index: u32,
+    finish_reason: &'static str,
+    logprobs: (),
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<WholeMessage<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct WholeMessage<'a> {
+    role: &'static str,
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    annotations: Option<Vec<Annotation>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<Value>,
+}
+
+/// A source cited as a link (`url_citation`), as Open WebUI reads it.
+#[derive(Serialize)]
+struct Annotation {
+    r#type: &'static str,
+    url_citation: UrlCitation,
+}
+
+#[derive(Serialize)]
+struct UrlCitation {
+    url: String,
+    title: String,
+    start_index: usize,
+    end_index: usize,
+}
+
+#[derive(Serialize)]
+struct UsageJson {
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    total_tokens: u64,
+}
+
+impl From<Usage> for UsageJson {
+    fn from(u: Usage) -> Self {
+        Self {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            total_tokens: u.prompt_tokens + u.completion_tokens,
+        }
     }
 }
 
 impl HttpRender for Sse {
     const CONTENT_TYPE: &'static str = "text/event-stream";
+
+    fn whole_bytes(&self, answer: &Answer, _timing: Timing) -> Vec<u8> {
+        let (message, text) = match self.kind {
+            Kind::Chat => {
+                let message = WholeMessage {
+                    role: "assistant",
+                    content: (!answer.text.is_empty() || answer.tool_calls.is_empty())
+                        .then_some(answer.text.as_str()),
+                    annotations: self
+                        .citations(answer.sources.as_deref(), answer.text.chars().count()),
+                    tool_calls: answer
+                        .tool_calls
+                        .iter()
+                        .map(ToolCall::openai_json)
+                        .collect(),
+                };
+                (Some(message), None)
+            }
+            Kind::Text => (None, Some(answer.text.as_str())),
+        };
+        let body = WholeBody {
+            id: &self.id,
+            object: self.object(false),
+            created: self.created,
+            model: &self.model,
+            choices: [WholeChoice {
+                index: 0,
+                finish_reason: answer.finish.as_str(),
+                logprobs: (),
+                message,
+                text,
+            }],
+            usage: answer.usage.into(),
+            system_fingerprint: (),
+            sources: answer.sources.as_deref(),
+            context_items: &answer.context_items,
+        };
+        // Serialising plain fields into memory cannot fail.
+        serde_json::to_vec(&body).unwrap_or_default()
+    }
 
     fn link_sources(&mut self, base: &str) {
         self.links = Some(base.to_string());
@@ -280,11 +400,8 @@ impl HttpRender for Sse {
 }
 
 fn usage_json(u: Usage) -> Value {
-    json!({
-        "prompt_tokens": u.prompt_tokens,
-        "completion_tokens": u.completion_tokens,
-        "total_tokens": u.prompt_tokens + u.completion_tokens,
-    })
+    // Three numbers always have a JSON form.
+    serde_json::to_value(UsageJson::from(u)).unwrap_or_default()
 }
 
 /// `data: <json>` and the blank line that ends the event.
@@ -295,6 +412,76 @@ fn frame(v: &Value) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The whole answer written from its fields is byte for byte the JSON tree's.
+    #[test]
+    fn whole_bytes_are_the_whole_tree() {
+        use crate::context::UsedItem;
+        use crate::llm::FinishReason;
+        let source = |id: &str, section: &str| Source {
+            id: id.into(),
+            file: "docs/guía \"quoted\".md".into(),
+            section: section.into(),
+            lines: [3, 17],
+            doc_type: "narrative",
+            score: 0.125,
+            text: "never sent".into(),
+        };
+        let answer = |text: &str, sources: Option<Vec<Source>>| Answer {
+            text: text.into(),
+            tool_calls: Vec::new(),
+            sources,
+            context_items: Vec::new(),
+            finish: FinishReason::Stop,
+            usage: Usage {
+                prompt_tokens: 1200,
+                completion_tokens: 34,
+            },
+        };
+        let mut answers = vec![
+            answer("Plain answer.", None),
+            answer("", Some(Vec::new())),
+            answer(
+                "naïve — 日本 🚀 \"q\"\n",
+                Some(vec![source("a1", "Guide > Install"), source("b2", "")]),
+            ),
+        ];
+        let mut with_tools = answer("", None);
+        with_tools.tool_calls = vec![ToolCall {
+            id: "call_1".into(),
+            name: "read_file".into(),
+            arguments: json!({"path": "src/main.rs"}),
+        }];
+        with_tools.finish = FinishReason::ToolCalls;
+        answers.push(with_tools);
+        let mut with_items = answer("Uses the file.", Some(vec![source("c3", "")]));
+        with_items.context_items = vec![UsedItem {
+            id: "file-1".into(),
+            category: "file".into(),
+            path: Some("src/lib.rs".into()),
+            cut: true,
+        }];
+        answers.push(with_items);
+        let timing = Timing {
+            started: std::time::Instant::now(),
+            first_token: None,
+        };
+        for kind in [Kind::Chat, Kind::Text] {
+            for links in [None, Some("http://127.0.0.1:8080")] {
+                let mut sse = Sse::new(kind, "m\"odel/ünï", false);
+                if let Some(base) = links {
+                    sse.link_sources(base);
+                }
+                for a in &answers {
+                    let tree = serde_json::to_vec(&sse.whole(a, timing)).unwrap();
+                    assert_eq!(
+                        String::from_utf8_lossy(&sse.whole_bytes(a, timing)),
+                        String::from_utf8_lossy(&tree)
+                    );
+                }
+            }
+        }
+    }
 
     /// The fast content chunk is byte for byte the chunk the general path renders.
     #[test]
