@@ -100,17 +100,6 @@ impl Sse {
         }
         chunk
     }
-
-    fn usage_chunk(&self, usage: Usage) -> Value {
-        json!({
-            "id": self.id,
-            "object": self.object(true),
-            "created": self.created,
-            "model": self.model,
-            "choices": [],
-            "usage": usage_json(usage),
-        })
-    }
 }
 
 impl Render for Sse {
@@ -166,34 +155,59 @@ impl Render for Sse {
         Bytes::from(out)
     }
 
+    /// The citations, the finish chunk, the usage chunk when asked (the sources on the
+    /// last of them) and `[DONE]`, written from their fields (the same bytes as the
+    /// chunks' JSON trees: tested).
     fn end(&mut self, end: End<'_>) -> Bytes {
-        let finish = end.finish.as_str();
-        let mut last = match self.kind {
-            Kind::Chat => self.chunk_json(json!({}), Some(finish)),
-            Kind::Text => self.chunk_json(json!(""), Some(finish)),
-        };
         let mut out = Vec::new();
         // Citations as Open WebUI reads them: `url_citation` annotations in a delta, one
         // per source, covering the whole answer.
-        if let (Kind::Chat, Some(annotations)) = (
-            self.kind,
-            self.annotations(end.sources, self.streamed_chars),
-        ) {
-            out.extend_from_slice(&self.chunk(json!({ "annotations": annotations }), None));
+        if let (Kind::Chat, Some(annotations)) =
+            (self.kind, self.citations(end.sources, self.streamed_chars))
+        {
+            out.extend_from_slice(&self.head);
+            out.extend_from_slice(b"\"delta\":{\"annotations\":");
+            // Plain fields into memory: cannot fail.
+            let _ = serde_json::to_writer(&mut out, &annotations);
+            out.extend_from_slice(b"},\"logprobs\":null}]");
+            if self.include_usage {
+                out.extend_from_slice(b",\"usage\":null");
+            }
+            out.extend_from_slice(b"}\n\n");
         }
-        if self.include_usage {
-            out.extend_from_slice(&frame(&last));
-            last = self.usage_chunk(end.usage);
-        }
+        let finish = FinishChoice {
+            index: 0,
+            finish_reason: end.finish.as_str(),
+            delta: matches!(self.kind, Kind::Chat).then_some(Empty {}),
+            text: matches!(self.kind, Kind::Text).then_some(""),
+            logprobs: (),
+        };
+        let chunk = |choices, usage| LastChunk {
+            id: &self.id,
+            object: self.object(true),
+            created: self.created,
+            model: &self.model,
+            choices,
+            usage,
+            sources: None,
+            context_items: &[],
+        };
         // The assistant's sources ride on the last chunk (clients ignore fields they do
         // not know).
-        if let Some(sources) = end.sources {
-            last["sources"] = json!(sources);
-        }
-        if !end.context_items.is_empty() {
-            last["context_items"] = json!(end.context_items);
-        }
-        out.extend_from_slice(&frame(&last));
+        let last = if self.include_usage {
+            write_frame(&mut out, &chunk(std::slice::from_ref(&finish), Some(None)));
+            chunk(&[], Some(Some(end.usage.into())))
+        } else {
+            chunk(std::slice::from_ref(&finish), None)
+        };
+        write_frame(
+            &mut out,
+            &LastChunk {
+                sources: end.sources,
+                context_items: end.context_items,
+                ..last
+            },
+        );
         out.extend_from_slice(b"data: [DONE]\n\n");
         Bytes::from(out)
     }
@@ -285,6 +299,47 @@ struct UrlCitation {
     title: String,
     start_index: usize,
     end_index: usize,
+}
+
+/// The last chunks of a stream (the finish chunk, the usage chunk), in the order of
+/// `chunk_json`'s and `usage_chunk`'s trees.
+#[derive(Serialize)]
+struct LastChunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: i64,
+    model: &'a str,
+    choices: &'a [FinishChoice],
+    /// Absent, `null` (usage asked, not this chunk's) or the usage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Option<UsageJson>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sources: Option<&'a [Source]>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    context_items: &'a [crate::context::UsedItem],
+}
+
+#[derive(Serialize)]
+struct FinishChoice {
+    index: u32,
+    finish_reason: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delta: Option<Empty>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'static str>,
+    logprobs: (),
+}
+
+/// `{}`.
+#[derive(Serialize)]
+struct Empty {}
+
+/// `data: <json>` and the blank line that ends the event, appended to `out`.
+fn write_frame(out: &mut Vec<u8>, value: &impl Serialize) {
+    out.extend_from_slice(b"data: ");
+    // Plain fields into memory: cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
+    out.extend_from_slice(b"\n\n");
 }
 
 #[derive(Serialize)]
@@ -413,12 +468,92 @@ fn frame(v: &Value) -> Bytes {
 mod tests {
     use super::*;
 
-    /// The whole answer written from its fields is byte for byte the JSON tree's.
+    /// The end of a stream as the chunks' JSON trees give it (what `end` writes).
+    fn general_end(sse: &Sse, end: &End<'_>) -> Vec<u8> {
+        let finish = end.finish.as_str();
+        let mut last = match sse.kind {
+            Kind::Chat => sse.chunk_json(json!({}), Some(finish)),
+            Kind::Text => sse.chunk_json(json!(""), Some(finish)),
+        };
+        let mut out = Vec::new();
+        if let (Kind::Chat, Some(annotations)) =
+            (sse.kind, sse.annotations(end.sources, sse.streamed_chars))
+        {
+            out.extend_from_slice(&sse.chunk(json!({ "annotations": annotations }), None));
+        }
+        if sse.include_usage {
+            out.extend_from_slice(&frame(&last));
+            last = json!({
+                "id": sse.id,
+                "object": sse.object(true),
+                "created": sse.created,
+                "model": sse.model,
+                "choices": [],
+                "usage": usage_json(end.usage),
+            });
+        }
+        if let Some(sources) = end.sources {
+            last["sources"] = json!(sources);
+        }
+        if !end.context_items.is_empty() {
+            last["context_items"] = json!(end.context_items);
+        }
+        out.extend_from_slice(&frame(&last));
+        out.extend_from_slice(b"data: [DONE]\n\n");
+        out
+    }
+
     #[test]
-    fn whole_bytes_are_the_whole_tree() {
+    fn the_end_of_a_stream_is_the_general_chunks() {
         use crate::context::UsedItem;
         use crate::llm::FinishReason;
-        let source = |id: &str, section: &str| Source {
+        let sources = [source("a1", "Guide > Install"), source("b2", "")];
+        let items = [UsedItem {
+            id: "file-1".into(),
+            category: "file".into(),
+            path: None,
+            cut: false,
+        }];
+        let timing = Timing {
+            started: std::time::Instant::now(),
+            first_token: None,
+        };
+        for kind in [Kind::Chat, Kind::Text] {
+            for usage in [false, true] {
+                for links in [None, Some("http://gw.example/")] {
+                    for (with_sources, with_items) in [
+                        (None, &items[..0]),
+                        (Some(&sources[..0]), &items[..0]),
+                        (Some(&sources[..]), &items[..]),
+                    ] {
+                        let mut sse = Sse::new(kind, "m\"odel/ünï", usage);
+                        if let Some(base) = links {
+                            sse.link_sources(base);
+                        }
+                        let _ = sse.delta("naïve — 日本 🚀");
+                        let end = End {
+                            finish: FinishReason::Length,
+                            usage: Usage {
+                                prompt_tokens: 10,
+                                completion_tokens: 3,
+                            },
+                            sources: with_sources,
+                            context_items: with_items,
+                            timing,
+                        };
+                        let general = general_end(&sse, &end);
+                        assert_eq!(
+                            String::from_utf8_lossy(&sse.end(end)),
+                            String::from_utf8_lossy(&general)
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn source(id: &str, section: &str) -> Source {
+        Source {
             id: id.into(),
             file: "docs/guía \"quoted\".md".into(),
             section: section.into(),
@@ -426,7 +561,14 @@ mod tests {
             doc_type: "narrative",
             score: 0.125,
             text: "never sent".into(),
-        };
+        }
+    }
+
+    /// The whole answer written from its fields is byte for byte the JSON tree's.
+    #[test]
+    fn whole_bytes_are_the_whole_tree() {
+        use crate::context::UsedItem;
+        use crate::llm::FinishReason;
         let answer = |text: &str, sources: Option<Vec<Source>>| Answer {
             text: text.into(),
             tool_calls: Vec::new(),
