@@ -107,6 +107,19 @@ pub struct Entry {
     /// A line naming the entry (file, section, lines); may be empty.
     pub header: String,
     pub body: String,
+    /// `estimate_tokens` of the body without its trailing whitespace, when it is already
+    /// known (a retrieved chunk's, measured once while the chunk's text stays the same).
+    pub tokens: Option<usize>,
+}
+
+impl Entry {
+    pub fn new(header: String, body: String) -> Self {
+        Self {
+            header,
+            body,
+            tokens: None,
+        }
+    }
 }
 
 /// What became of a section.
@@ -146,7 +159,10 @@ pub fn fit(sections: &[Section], budget: usize, estimate: &Estimator) -> Fitted 
         let bodies: Vec<usize> = section
             .entries
             .iter()
-            .map(|e| estimate_tokens(e.body.trim_end()))
+            .map(|e| {
+                e.tokens
+                    .unwrap_or_else(|| estimate_tokens(e.body.trim_end()))
+            })
             .collect();
         let whole_tokens = estimate.scaled(whole_estimate(section, &bodies));
         if whole_tokens <= left {
@@ -286,6 +302,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, b)| Entry {
+                    tokens: None,
                     header: format!("### [{}] file{i}.md", i + 1),
                     body: b.to_string(),
                 })
@@ -451,7 +468,7 @@ mod tests {
                 tag: "knowledge",
                 entries: entries
                     .into_iter()
-                    .map(|(header, body)| Entry { header, body: format!("{body}{other}") })
+                    .map(|(header, body)| Entry::new(header, format!("{body}{other}")))
                     .collect(),
             };
             let bodies: Vec<usize> = section

@@ -23,6 +23,9 @@ pub struct Request<'a> {
     pub use_editor: bool,
     pub editor: &'a EditorContext,
     pub hits: &'a [Scored],
+    /// Each hit's text measured (`estimate_tokens` without trailing whitespace), in the
+    /// hits' order; may be shorter (the rest are measured here).
+    pub hit_tokens: &'a [usize],
     /// Earlier turns from the session store (empty when the client sent its own).
     pub history: Vec<Message>,
     /// What the client sent for this turn.
@@ -94,7 +97,13 @@ pub fn assemble(req: Request<'_>) -> Assembled {
         history_dropped += n;
         history_tokens = message_tokens(&history, est);
     }
-    let (sections, placed) = sections(req.editor, req.use_editor, req.query_type, req.hits);
+    let (sections, placed) = sections(
+        req.editor,
+        req.use_editor,
+        req.query_type,
+        req.hits,
+        req.hit_tokens,
+    );
     // The note that says what the sections are takes room when there are any.
     let note_tokens = est.tokens(DATA_NOTE) + est.tokens("\n\n");
     let has_context = sections.iter().any(|s| !s.entries.is_empty());
@@ -194,6 +203,7 @@ fn sections(
     use_editor: bool,
     query_type: QueryType,
     hits: &[Scored],
+    hit_tokens: &[usize],
 ) -> (Vec<Section>, Vec<Placed>) {
     const ORDER: [&str; 13] = SECTION_TAGS;
     let mut sections: Vec<Section> = ORDER
@@ -232,24 +242,15 @@ fn sections(
     };
     if use_editor && !conversational {
         if !editor.selected_text.trim().is_empty() {
-            let entry = data_entry(Entry {
-                header: file_header(),
-                body: editor.selected_text.clone(),
-            });
+            let entry = data_entry(Entry::new(file_header(), editor.selected_text.clone()));
             push(&mut sections, "selected_code", entry, None);
         }
         if !editor.editor_content.trim().is_empty() && !editor.file_in_message {
-            let entry = data_entry(Entry {
-                header: file_header(),
-                body: editor.editor_content.clone(),
-            });
+            let entry = data_entry(Entry::new(file_header(), editor.editor_content.clone()));
             push(&mut sections, "open_file", entry, None);
         }
         if !editor.extra_context.trim().is_empty() {
-            let entry = data_entry(Entry {
-                header: String::new(),
-                body: editor.extra_context.clone(),
-            });
+            let entry = data_entry(Entry::new(String::new(), editor.extra_context.clone()));
             push(&mut sections, "extra_context", entry, None);
         }
     }
@@ -272,10 +273,7 @@ fn sections(
             path: item.path.clone(),
             cut: item.cut,
         };
-        let entry = data_entry(Entry {
-            header: item.label(),
-            body: item.body(),
-        });
+        let entry = data_entry(Entry::new(item.label(), item.body()));
         push(&mut sections, tag, entry, Some((used, item.cut)));
     }
     // Diagnostics: the editor's own only with a question about the code; attached ones
@@ -298,10 +296,7 @@ fn sections(
             };
             (item, false)
         });
-        let entry = data_entry(Entry {
-            header: String::new(),
-            body: d.line_text(),
-        });
+        let entry = data_entry(Entry::new(String::new(), d.line_text()));
         push(&mut sections, tag, entry, used);
     }
     for e in &editor.edits {
@@ -317,14 +312,13 @@ fn sections(
             };
             (item, e.cut)
         });
-        let entry = data_entry(Entry {
-            header: e
-                .file
+        let entry = data_entry(Entry::new(
+            e.file
                 .as_ref()
                 .map(|f| format!("Edit: {f}"))
                 .unwrap_or_default(),
-            body: e.diff.clone(),
-        });
+            e.diff.clone(),
+        ));
         push(&mut sections, "recent_edits", entry, used);
     }
     let knowledge = hits
@@ -337,10 +331,13 @@ fn sections(
                 header.push_str(&format!(" § {}", c.section));
             }
             header.push_str(&format!(" (lines {}-{})", c.start_line, c.end_line));
-            data_entry(Entry {
-                header,
-                body: c.text.clone(),
-            })
+            // The chunk's text measured once (`protect_hits`), while neutralizing leaves
+            // it as it is.
+            let mut entry = data_entry(Entry::new(header, c.text.clone()));
+            if entry.body == c.text {
+                entry.tokens = hit_tokens.get(i).copied();
+            }
+            entry
         })
         .collect();
     sections[at("knowledge")].entries = knowledge;
@@ -351,10 +348,7 @@ fn sections(
 /// chat template's special token: `<knowledge>`, `</open_file>`, `<|im_start|>` in a
 /// document or the editor become `&lt;knowledge>`, `&lt;/open_file>`, `&lt;|im_start|>`.
 fn data_entry(entry: Entry) -> Entry {
-    Entry {
-        header: neutralized(entry.header),
-        body: neutralized(entry.body),
-    }
+    Entry::new(neutralized(entry.header), neutralized(entry.body))
 }
 
 fn neutralized(text: String) -> String {
@@ -434,6 +428,7 @@ mod tests {
             use_editor,
             editor,
             hits: &[],
+            hit_tokens: &[],
             history: vec![],
             messages: vec![Message::text(Role::User, "why is this not catching?")],
             window_tokens: 4096,
@@ -441,6 +436,49 @@ mod tests {
             tools: "",
             estimate: Estimator::default(),
         }
+    }
+
+    #[test]
+    fn a_chunk_measured_before_is_fitted_as_measured_again() {
+        use crate::context::budget::estimate_tokens;
+        use crate::retrieval::KnowledgeChunk;
+        let prompts = Prompts::built_in();
+        let ed = EditorContext::default();
+        let long = "The parser reads each line and keeps the last error. ".repeat(120);
+        let hits: Vec<Scored> = [long.as_str(), "Tags like <knowledge> in a document."]
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                let mut chunk = KnowledgeChunk::sample(&format!("c{i}"), "guide.md");
+                chunk.text = text.to_string();
+                Scored { chunk, score: 1.0 }
+            })
+            .collect();
+        let measured: Vec<usize> = hits
+            .iter()
+            .map(|h| estimate_tokens(h.chunk.text.trim_end()))
+            .collect();
+        // A window that cuts the knowledge: the bodies' estimates decide how much stays.
+        let fitted = |hit_tokens: &[usize]| {
+            assemble(Request {
+                hits: &hits,
+                hit_tokens,
+                window_tokens: 1200,
+                answer_tokens: 256,
+                ..request(&prompts, &ed, false, QueryType::Retrieval)
+            })
+        };
+        let fresh = fitted(&[]);
+        assert!(fresh
+            .sections
+            .iter()
+            .any(|r| r.tag == "knowledge" && r.kept_chars < r.chars));
+        let known = fitted(&measured);
+        assert_eq!(known.messages, fresh.messages);
+        assert_eq!(known.estimated_tokens, fresh.estimated_tokens);
+        // A text that neutralizing changed is measured again, whatever was known of it.
+        let stale = fitted(&[measured[0], 0]);
+        assert_eq!(stale.estimated_tokens, fresh.estimated_tokens);
     }
 
     #[test]

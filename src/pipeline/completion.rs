@@ -179,7 +179,7 @@ impl Pipeline {
                 .search(&query, crate::retrieval::hybrid::Mode::Lexical);
             match tokio::time::timeout(self.config.completion_deadline, search).await {
                 Ok(Ok(mut hits)) => {
-                    self.protect_hits(&mut hits);
+                    let _ = self.protect_hits(&mut hits);
                     fill::repository(
                         &hits,
                         &prefix,

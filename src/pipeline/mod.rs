@@ -404,7 +404,7 @@ impl Pipeline {
         if trace::capture_content() {
             root.set("input.value", query.clone());
         }
-        self.protect_hits(&mut hits);
+        let hit_tokens = self.protect_hits(&mut hits);
         // The window is the upstream's (asked once, then known), or less when the client
         // asks for less (Ollama's num_ctx); never more.
         let window = clock.time(self.window()).await;
@@ -431,6 +431,7 @@ impl Pipeline {
                 use_editor,
                 editor: &editor,
                 hits: &hits,
+                hit_tokens: &hit_tokens,
                 history,
                 messages,
                 window_tokens: window,

@@ -27,11 +27,13 @@ impl Default for CleanChunks {
 }
 
 /// A chunk's text, section and file name as retrieved, as cleaned (`None`: unchanged),
-/// and what cleaning found.
+/// what cleaning found, and the cleaned text's estimate (`estimate_tokens` without
+/// trailing whitespace: what fitting the prompt measures).
 pub(super) struct CleanChunk {
     came: [String; 3],
     cleaned: Option<[String; 3]>,
     found: Cleaned,
+    tokens: usize,
 }
 
 fn fields(c: &KnowledgeChunk) -> [&str; 3] {
@@ -59,9 +61,11 @@ impl Pipeline {
 
     /// Retrieved chunks with `[privacy]` applied: those from excluded paths left out, the
     /// rest cleaned (indexes written before redaction, or with other rules, hold what they
-    /// held; a file name may carry invisible characters).
-    pub(super) fn protect_hits(&self, hits: &mut Vec<Scored>) {
+    /// held; a file name may carry invisible characters). Gives each hit's text's
+    /// estimate, in order, measured once while the chunk stays the same.
+    pub(super) fn protect_hits(&self, hits: &mut Vec<Scored>) -> Vec<usize> {
         hits.retain(|h| !self.privacy.excluded(&h.chunk.source_file));
+        let mut tokens = Vec::with_capacity(hits.len());
         let mut cleaned = Cleaned::default();
         for hit in hits.iter_mut() {
             let c = &mut hit.chunk;
@@ -86,10 +90,12 @@ impl Pipeline {
                 c.source_file.clone_from(source_file);
             }
             cleaned.add(entry.found.clone());
+            tokens.push(entry.tokens);
         }
         if !cleaned.is_empty() {
             cleaned.count("knowledge");
         }
+        tokens
     }
 
     fn clean_chunk(&self, c: &KnowledgeChunk) -> CleanChunk {
@@ -99,10 +105,12 @@ impl Pipeline {
         for field in &mut cleaned {
             found.add(self.privacy.clean(field));
         }
+        let tokens = crate::context::budget::estimate_tokens(cleaned[0].trim_end());
         CleanChunk {
             cleaned: (cleaned != came).then_some(cleaned),
             came,
             found,
+            tokens,
         }
     }
 
