@@ -473,10 +473,11 @@ fn traceparent() -> Option<(http::HeaderValue, Option<http::HeaderValue>)> {
 
 /// The current trace span (the OpenTelemetry context the caller polls this request in,
 /// when traces are exported) as the request's parent: a W3C `traceparent` header.
+/// The W3C trace context's header names, made once, not parsed from text on every request.
+pub(crate) static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+static TRACESTATE: http::HeaderName = http::HeaderName::from_static("tracestate");
+
 fn with_trace_context(rb: RequestBuilder) -> RequestBuilder {
-    // Header names made once, not parsed from text on every request.
-    static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
-    static TRACESTATE: http::HeaderName = http::HeaderName::from_static("tracestate");
     match traceparent() {
         Some((parent, Some(state))) => rb
             .header(TRACEPARENT.clone(), parent)

@@ -74,6 +74,10 @@ fn message_tokens(messages: &[Message], estimate: &Estimator) -> usize {
 }
 
 pub fn assemble(req: Request<'_>) -> Assembled {
+    debug_assert!(
+        req.hit_tokens.is_empty() || req.hit_tokens.len() == req.hits.len(),
+        "one estimate a hit, in the hits' order"
+    );
     let instructions = match req.query_type {
         QueryType::Retrieval => &req.prompts.retrieval,
         QueryType::CodeGeneration => &req.prompts.code_generation,

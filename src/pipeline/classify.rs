@@ -369,6 +369,10 @@ pub(crate) fn format_history(messages: &[Message], max_chars: usize) -> String {
 
 /// The first `max` characters of `text`, with an ellipsis when cut.
 pub fn truncate_chars(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        // No more characters than bytes: nothing to count.
+        return text.to_string();
+    }
     match text.char_indices().nth(max) {
         None => text.to_string(),
         Some((at, _)) => format!("{}…", &text[..at]),

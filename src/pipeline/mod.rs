@@ -119,10 +119,17 @@ pub struct Source {
     pub section: String,
     pub lines: [usize; 2],
     pub doc_type: &'static str,
+    /// Sent as the f64 it widens to, the same bytes whether a dialect writes its answer
+    /// from its fields or through a JSON tree.
+    #[serde(serialize_with = "as_f64")]
     pub score: f32,
     /// The chunk's text, for answer evaluation; never sent to clients.
     #[serde(skip)]
     pub text: String,
+}
+
+fn as_f64<S: serde::Serializer>(score: &f32, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_f64(f64::from(*score))
 }
 
 impl Source {
@@ -399,8 +406,10 @@ impl Pipeline {
             .understand(&query, &conversation, &editor, &clock)
             .await;
         let root = trace::Span::current();
-        root.set("assist.query_type", query_type.as_str());
-        root.set("assist.editor", use_editor);
+        root.set_all([
+            KeyValue::new("assist.query_type", query_type.as_str()),
+            KeyValue::new("assist.editor", use_editor),
+        ]);
         if trace::capture_content() {
             root.set("input.value", query.clone());
         }
@@ -586,11 +595,13 @@ impl Pipeline {
         telemetry::turn_decision("editor", use_editor, decision.editor_rule);
         telemetry::turn_decision("retrieve", retrieve, decision.route_rule);
         if span.is_recording() {
-            span.set("assist.query_type", query_type.as_str());
-            span.set("assist.editor", use_editor);
-            span.set("assist.editor_rule", decision.editor_rule);
-            span.set("assist.route_rule", decision.route_rule);
-            span.set("assist.by", decision.by);
+            span.set_all([
+                KeyValue::new("assist.query_type", query_type.as_str()),
+                KeyValue::new("assist.editor", use_editor),
+                KeyValue::new("assist.editor_rule", decision.editor_rule),
+                KeyValue::new("assist.route_rule", decision.route_rule),
+                KeyValue::new("assist.by", decision.by),
+            ]);
         }
         drop(span);
         tracing::info!(
@@ -626,9 +637,11 @@ impl Pipeline {
             )
             .await;
         if span.is_recording() {
-            span.set("assist.by", search.by);
-            span.set("assist.anchored", search.anchored);
-            span.set("assist.search_chars", search.query.chars().count() as i64);
+            span.set_all([
+                KeyValue::new("assist.by", search.by),
+                KeyValue::new("assist.anchored", search.anchored),
+                KeyValue::new("assist.search_chars", search.query.chars().count() as i64),
+            ]);
         }
         drop(span);
         tracing::info!(

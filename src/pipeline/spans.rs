@@ -83,35 +83,43 @@ impl Pipeline {
             .iter()
             .filter(|h| !self.privacy.excluded(&h.chunk.source_file))
             .collect();
-        span.set("assist.retrieval.count", kept.len() as i64);
         // Shared by both attributes without capture: one string, not two copies.
         let ids: std::sync::Arc<str> = trace::documents_json(
             kept.iter()
                 .map(|h| (h.chunk.chunk_id.as_str(), h.score, None)),
         )
         .into();
-        span.set("assist.retrieval.hits", ids.clone());
-        if trace::capture_content() {
-            let texts: Vec<String> = kept
-                .iter()
-                .map(|h| {
-                    let mut text = h.chunk.text.clone();
-                    let _ = self.privacy.clean(&mut text);
-                    text
-                })
-                .collect();
-            let docs = trace::documents_json(
-                kept.iter()
-                    .zip(&texts)
-                    .map(|(h, t)| (h.chunk.chunk_id.as_str(), h.score, Some(t.as_str()))),
-            );
-            span.set("gen_ai.retrieval.documents", docs);
-            let mut query = query.to_string();
-            let _ = self.privacy.clean(&mut query);
-            span.set("gen_ai.retrieval.query.text", query);
-        } else {
-            span.set("gen_ai.retrieval.documents", ids);
+        let count = KeyValue::new("assist.retrieval.count", kept.len() as i64);
+        let hits = KeyValue::new("assist.retrieval.hits", ids.clone());
+        if !trace::capture_content() {
+            span.set_all([
+                count,
+                hits,
+                KeyValue::new("gen_ai.retrieval.documents", ids),
+            ]);
+            return;
         }
+        let texts: Vec<String> = kept
+            .iter()
+            .map(|h| {
+                let mut text = h.chunk.text.clone();
+                let _ = self.privacy.clean(&mut text);
+                text
+            })
+            .collect();
+        let docs = trace::documents_json(
+            kept.iter()
+                .zip(&texts)
+                .map(|(h, t)| (h.chunk.chunk_id.as_str(), h.score, Some(t.as_str()))),
+        );
+        let mut query = query.to_string();
+        let _ = self.privacy.clean(&mut query);
+        span.set_all([
+            count,
+            hits,
+            KeyValue::new("gen_ai.retrieval.documents", docs),
+            KeyValue::new("gen_ai.retrieval.query.text", query),
+        ]);
     }
 }
 

@@ -86,6 +86,13 @@ impl Upstream {
         }
     }
 
+    /// The time to the first chunk, once (set with the usage, or when dropped).
+    fn first_chunk_attribute(&self) -> Option<KeyValue> {
+        self.first_chunk
+            .take()
+            .map(|secs| KeyValue::new("gen_ai.response.time_to_first_chunk", secs))
+    }
+
     /// The answer ended well: its usage and why it stopped, and (captured) the answer.
     fn done(&self, finish: FinishReason, usage: Usage, answer: &mut String) {
         let span = &self.span;
@@ -111,14 +118,6 @@ impl Upstream {
             span.set("gen_ai.output.messages", messages.to_string());
             span.set("output.value", std::mem::take(answer));
         }
-    }
-}
-
-impl Upstream {
-    fn first_chunk_attribute(&self) -> Option<KeyValue> {
-        self.first_chunk
-            .take()
-            .map(|secs| KeyValue::new("gen_ai.response.time_to_first_chunk", secs))
     }
 }
 

@@ -481,12 +481,7 @@ impl ChatLog {
             self.span.set_all([
                 KeyValue::new(
                     "gen_ai.request.model",
-                    // Bytes bound characters: most names need no counting.
-                    if model.len() <= LOGGED_MODEL_CHARS {
-                        model.to_string()
-                    } else {
-                        truncate_chars(model, LOGGED_MODEL_CHARS)
-                    },
+                    truncate_chars(model, LOGGED_MODEL_CHARS),
                 ),
                 KeyValue::new("gen_ai.request.stream", stream),
             ]);

@@ -395,12 +395,14 @@ pub fn request_span(
         _ => Cow::Borrowed(post_route(route)),
     };
     // Most requests carry no `traceparent`: looked up by a name made once, and the
-    // propagator (which parses both names from text) asked only when there is one.
-    static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+    // propagator (which parses both names from text) asked only when there is one; a
+    // request without one, or with one that does not parse, starts a trace.
     let parent = match headers {
-        Some(headers) if headers.contains_key(&TRACEPARENT) => {
-            W3C.extract(&opentelemetry_http::HeaderExtractor(headers))
-        }
+        Some(headers) if headers.contains_key(&crate::llm::http::TRACEPARENT) => W3C
+            .extract_with_context(
+                &Context::new(),
+                &opentelemetry_http::HeaderExtractor(headers),
+            ),
         _ => Context::new(),
     };
     Span::begin(&parent, name, SpanKind::Server, || {

@@ -79,11 +79,10 @@ fn put_varint(out: &mut [u8], mut value: u64) {
     out[last] = value as u8;
 }
 
+/// A length-delimited field, left out when empty (proto3's default).
 fn bytes(buf: &mut Vec<u8>, field: u32, value: &[u8]) {
     if !value.is_empty() {
-        key(buf, field, WireType::LengthDelimited);
-        varint(buf, value.len() as u64);
-        buf.extend_from_slice(value);
+        bytes_always(buf, field, value);
     }
 }
 
@@ -300,6 +299,18 @@ fn scope(buf: &mut Vec<u8>, scope: &InstrumentationScope) {
     );
 }
 
+/// Whether two spans' scopes are the same: by where their texts are first (the spans of
+/// one tracer hold clones of its scope, whose texts are usually static), then by value.
+fn same_scope(a: &InstrumentationScope, b: &InstrumentationScope) -> bool {
+    let at = |text: Option<&str>| text.map(|t| t as *const str);
+    let shared = std::ptr::eq(a.name(), b.name())
+        && at(a.version()) == at(b.version())
+        && at(a.schema_url()) == at(b.schema_url())
+        && a.attributes().next().is_none()
+        && b.attributes().next().is_none();
+    shared || a == b
+}
+
 /// A `Resource` message's contents, encoded once for every export.
 pub fn resource(resource: &Resource) -> Vec<u8> {
     let mut buf = Vec::new();
@@ -320,7 +331,9 @@ pub fn export_request(resource: &[u8], schema_url: &str, spans: &[SpanData]) -> 
     for s in spans {
         // Most spans share the last one's scope: compared first.
         let scope = &s.instrumentation_scope;
-        if scopes.last() != Some(&scope) && !scopes.contains(&scope) {
+        if !scopes.last().is_some_and(|last| same_scope(last, scope))
+            && !scopes.iter().any(|known| same_scope(known, scope))
+        {
             scopes.push(scope);
         }
     }

@@ -238,13 +238,6 @@ impl Sse {
                 .collect(),
         )
     }
-
-    /// [`Sse::citations`] as JSON.
-    fn annotations(&self, sources: Option<&[Source]>, chars: usize) -> Option<Value> {
-        // A list of plain fields always has a JSON form.
-        self.citations(sources, chars)
-            .and_then(|list| serde_json::to_value(list).ok())
-    }
 }
 
 /// An OpenAI whole answer, serialised from the answer's own fields without a JSON tree
@@ -362,7 +355,24 @@ impl From<Usage> for UsageJson {
 impl HttpRender for Sse {
     const CONTENT_TYPE: &'static str = "text/event-stream";
 
+    fn whole(&self, answer: &Answer, _timing: Timing) -> Value {
+        // Plain fields always have a JSON form.
+        serde_json::to_value(self.whole_body(answer)).unwrap_or_default()
+    }
+
     fn whole_bytes(&self, answer: &Answer, _timing: Timing) -> Vec<u8> {
+        // Serialising plain fields into memory cannot fail.
+        serde_json::to_vec(&self.whole_body(answer)).unwrap_or_default()
+    }
+
+    fn link_sources(&mut self, base: &str) {
+        self.links = Some(base.to_string());
+    }
+}
+
+impl Sse {
+    /// A whole answer's body, in its fields.
+    fn whole_body<'a>(&'a self, answer: &'a Answer) -> WholeBody<'a> {
         let (message, text) = match self.kind {
             Kind::Chat => {
                 let message = WholeMessage {
@@ -381,7 +391,7 @@ impl HttpRender for Sse {
             }
             Kind::Text => (None, Some(answer.text.as_str())),
         };
-        let body = WholeBody {
+        WholeBody {
             id: &self.id,
             object: self.object(false),
             created: self.created,
@@ -397,19 +407,32 @@ impl HttpRender for Sse {
             system_fingerprint: (),
             sources: answer.sources.as_deref(),
             context_items: &answer.context_items,
-        };
-        // Serialising plain fields into memory cannot fail.
-        serde_json::to_vec(&body).unwrap_or_default()
+        }
+    }
+}
+
+/// `data: <json>` and the blank line that ends the event.
+fn frame(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage_json(u: Usage) -> Value {
+        json!({
+            "prompt_tokens": u.prompt_tokens,
+            "completion_tokens": u.completion_tokens,
+            "total_tokens": u.prompt_tokens + u.completion_tokens,
+        })
     }
 
-    fn link_sources(&mut self, base: &str) {
-        self.links = Some(base.to_string());
-    }
-
-    fn whole(&self, answer: &Answer, _timing: Timing) -> Value {
+    /// A whole answer as a JSON tree, field by field (what the typed body writes).
+    fn general_whole(sse: &Sse, answer: &Answer) -> Value {
         let mut choice =
             json!({"index": 0, "finish_reason": answer.finish.as_str(), "logprobs": null});
-        match self.kind {
+        match sse.kind {
             Kind::Chat => {
                 let mut message = json!({
                     "role": "assistant",
@@ -420,7 +443,7 @@ impl HttpRender for Sse {
                     },
                 });
                 if let Some(annotations) =
-                    self.annotations(answer.sources.as_deref(), answer.text.chars().count())
+                    annotations(sse, answer.sources.as_deref(), answer.text.chars().count())
                 {
                     message["annotations"] = annotations;
                 }
@@ -436,10 +459,10 @@ impl HttpRender for Sse {
             Kind::Text => choice["text"] = json!(answer.text),
         }
         let mut body = json!({
-            "id": self.id,
-            "object": self.object(false),
-            "created": self.created,
-            "model": self.model,
+            "id": sse.id,
+            "object": sse.object(false),
+            "created": sse.created,
+            "model": sse.model,
             "choices": [choice],
             "usage": usage_json(answer.usage),
             "system_fingerprint": null,
@@ -452,21 +475,13 @@ impl HttpRender for Sse {
         }
         body
     }
-}
 
-fn usage_json(u: Usage) -> Value {
-    // Three numbers always have a JSON form.
-    serde_json::to_value(UsageJson::from(u)).unwrap_or_default()
-}
-
-/// `data: <json>` and the blank line that ends the event.
-fn frame(v: &Value) -> Bytes {
-    Bytes::from(format!("data: {v}\n\n"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
+    /// [`Sse::citations`] as JSON.
+    fn annotations(sse: &Sse, sources: Option<&[Source]>, chars: usize) -> Option<Value> {
+        // A list of plain fields always has a JSON form.
+        sse.citations(sources, chars)
+            .and_then(|list| serde_json::to_value(list).ok())
+    }
 
     /// The end of a stream as the chunks' JSON trees give it (what `end` writes).
     fn general_end(sse: &Sse, end: &End<'_>) -> Vec<u8> {
@@ -477,7 +492,7 @@ mod tests {
         };
         let mut out = Vec::new();
         if let (Kind::Chat, Some(annotations)) =
-            (sse.kind, sse.annotations(end.sources, sse.streamed_chars))
+            (sse.kind, annotations(sse, end.sources, sse.streamed_chars))
         {
             out.extend_from_slice(&sse.chunk(json!({ "annotations": annotations }), None));
         }
@@ -559,7 +574,7 @@ mod tests {
             section: section.into(),
             lines: [3, 17],
             doc_type: "narrative",
-            score: 0.125,
+            score: 1.0 / 61.0,
             text: "never sent".into(),
         }
     }
@@ -615,7 +630,8 @@ mod tests {
                     sse.link_sources(base);
                 }
                 for a in &answers {
-                    let tree = serde_json::to_vec(&sse.whole(a, timing)).unwrap();
+                    let tree = serde_json::to_vec(&general_whole(&sse, a)).unwrap();
+                    assert_eq!(sse.whole(a, timing), general_whole(&sse, a));
                     assert_eq!(
                         String::from_utf8_lossy(&sse.whole_bytes(a, timing)),
                         String::from_utf8_lossy(&tree)
