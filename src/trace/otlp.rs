@@ -53,7 +53,10 @@ fn nested(buf: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
 fn nested_in(buf: &mut Vec<u8>, field: u32, room: usize, body: impl FnOnce(&mut Vec<u8>)) {
     key(buf, field, WireType::LengthDelimited);
     let at = buf.len();
-    buf.resize(at + room, 0);
+    // One or two bytes: pushed (a `resize` calls memset).
+    for _ in 0..room {
+        buf.push(0);
+    }
     body(buf);
     let end = buf.len();
     let len = end - at - room;
