@@ -236,7 +236,11 @@ impl Pipeline {
             .await
             .inspect_err(|e| span.fail(super::spans::upstream_kind(e)))?;
         let events = answer_events(chunks, self.upstream(clock, span), estimate, None);
-        let events = ended(events, fill::Ender::new(template, &prefix, &suffix));
+        let events = ended(
+            events,
+            fill::Ender::new(template, &prefix, &suffix),
+            estimate,
+        );
         Ok(self.recent_fills.keep(key, events))
     }
 }
@@ -254,8 +258,14 @@ pub(super) fn is_fill(input: &Input) -> bool {
 
 /// A completion's events, the middle cut where `ender` says it ends (then the upstream
 /// request is dropped, which cancels it); what could still turn into an end is held back
-/// until it is known not to.
-pub(super) fn ended(mut events: EventStream, ender: fill::Ender) -> EventStream {
+/// until it is known not to. A cut middle's usage is estimated (the prompt's
+/// `prompt_estimate`, the text the upstream wrote until then): the upstream's own count
+/// comes only at its end, and a key's usage must not count the completion as free.
+pub(super) fn ended(
+    mut events: EventStream,
+    ender: fill::Ender,
+    prompt_estimate: u64,
+) -> EventStream {
     Box::pin(async_stream::stream! {
         let mut text = String::new();
         let mut sent = 0;
@@ -267,7 +277,12 @@ pub(super) fn ended(mut events: EventStream, ender: fill::Ender) -> EventStream 
                         if end > sent {
                             yield Event::Delta(text[sent..end].to_string());
                         }
-                        yield Event::Done { finish: FinishReason::Stop, usage: Usage::default() };
+                        let usage = Usage {
+                            prompt_tokens: prompt_estimate,
+                            completion_tokens: crate::context::budget::estimate_tokens(&text)
+                                as u64,
+                        };
+                        yield Event::Done { finish: FinishReason::Stop, usage };
                         return;
                     }
                     let safe = ender.safe(&text);
@@ -287,4 +302,42 @@ pub(super) fn ended(mut events: EventStream, ender: fill::Ender) -> EventStream 
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::Event;
+
+    #[tokio::test]
+    async fn a_middle_cut_short_still_counts_its_tokens() {
+        // The upstream runs on past the line asked for; its usage would come only at the end.
+        let upstream: EventStream = futures::stream::iter([
+            Event::Delta("a + b\n".into()),
+            Event::Delta("\nprint(add(5, -1))\n".into()),
+            Event::Done {
+                finish: FinishReason::Stop,
+                usage: Usage {
+                    prompt_tokens: 99,
+                    completion_tokens: 99,
+                },
+            },
+        ])
+        .boxed();
+        let ender = fill::Ender::new(fill::Template::Qwen, "def add(a, b):\n    return ", "\n");
+        let events: Vec<Event> = ended(upstream, ender, 40).collect().await;
+        let text: String = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Delta(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "a + b");
+        let Some(Event::Done { usage, .. }) = events.last() else {
+            panic!("{events:?}")
+        };
+        assert_eq!(usage.prompt_tokens, 40);
+        assert!(usage.completion_tokens >= 3, "{usage:?}");
+    }
 }
