@@ -117,21 +117,11 @@ impl Render for Sse {
     fn delta(&mut self, text: &str) -> Bytes {
         self.streamed_chars += text.chars().count();
         let mut out = Vec::with_capacity(self.head.len() + text.len() + 64);
-        out.extend_from_slice(&self.head);
-        match self.kind {
-            Kind::Chat => out.extend_from_slice(b"\"delta\":{\"content\":"),
-            Kind::Text => out.extend_from_slice(b"\"text\":"),
-        }
-        // Writing a string into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut out, text);
-        if let Kind::Chat = self.kind {
-            out.push(b'}');
-        }
-        out.extend_from_slice(b",\"logprobs\":null}]");
-        if self.include_usage {
-            out.extend_from_slice(b",\"usage\":null");
-        }
-        out.extend_from_slice(b"}\n\n");
+        let (opening, closing): (&[u8], &[u8]) = match self.kind {
+            Kind::Chat => (b"\"delta\":{\"content\":", b"}"),
+            Kind::Text => (b"\"text\":", b""),
+        };
+        self.write_update(&mut out, opening, text, closing);
         Bytes::from(out)
     }
 
@@ -165,15 +155,7 @@ impl Render for Sse {
         if let (Kind::Chat, Some(annotations)) =
             (self.kind, self.citations(end.sources, self.streamed_chars))
         {
-            out.extend_from_slice(&self.head);
-            out.extend_from_slice(b"\"delta\":{\"annotations\":");
-            // Plain fields into memory: cannot fail.
-            let _ = serde_json::to_writer(&mut out, &annotations);
-            out.extend_from_slice(b"},\"logprobs\":null}]");
-            if self.include_usage {
-                out.extend_from_slice(b",\"usage\":null");
-            }
-            out.extend_from_slice(b"}\n\n");
+            self.write_update(&mut out, b"\"delta\":{\"annotations\":", &annotations, b"}");
         }
         let finish = FinishChoice {
             index: 0,
@@ -218,6 +200,28 @@ impl Render for Sse {
 }
 
 impl Sse {
+    /// One chunk carrying one choice update, appended to `out` without a JSON tree (the
+    /// same bytes as `chunk`'s): the head serialised once per answer, `opening`, the
+    /// update's `value`, `closing`, then the choice's and the chunk's last fields.
+    fn write_update(
+        &self,
+        out: &mut Vec<u8>,
+        opening: &[u8],
+        value: &(impl Serialize + ?Sized),
+        closing: &[u8],
+    ) {
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(opening);
+        // Plain values into memory: cannot fail.
+        let _ = serde_json::to_writer(&mut *out, value);
+        out.extend_from_slice(closing);
+        out.extend_from_slice(b",\"logprobs\":null}]");
+        if self.include_usage {
+            out.extend_from_slice(b",\"usage\":null");
+        }
+        out.extend_from_slice(b"}\n\n");
+    }
+
     /// One `url_citation` per source, linking to `/v1/sources/{id}` and spanning the
     /// answer's `chars` characters; `None` without sources or links.
     fn citations(&self, sources: Option<&[Source]>, chars: usize) -> Option<Vec<Annotation>> {
