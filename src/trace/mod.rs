@@ -1,7 +1,8 @@
 //! Traces over OTLP (OpenTelemetry), when `telemetry.otlp_endpoint` is set: one trace per
-//! request, a span per stage, exported in batches from a bounded queue on a thread of the
-//! SDK's own (a slow or absent collector never holds a request: spans beyond the queue
-//! are dropped).
+//! request, a span per stage, exported in batches from a bounded queue by a thread of its
+//! own (a slow or absent collector never holds a request: spans beyond the queue are
+//! dropped). Over HTTP the queue is the gateway's ([`queue`]: spans encoded as they end);
+//! over gRPC, the SDK's batch processor.
 //!
 //! Spans are the OpenTelemetry SDK's own ([`Span`]), started and ended by the stages
 //! themselves: without an endpoint every constructor returns an empty span at the cost of
@@ -38,6 +39,7 @@ use opentelemetry_sdk::Resource;
 use crate::config::{OtlpProtocol, TelemetrySettings};
 
 mod otlp;
+mod queue;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static CAPTURE: AtomicBool = AtomicBool::new(false);
@@ -57,7 +59,7 @@ pub fn capture_content() -> bool {
     CAPTURE.load(Ordering::Relaxed)
 }
 
-/// The exporter and its batch processor, flushed by [`Tracing::shutdown`].
+/// The exporter and its queue, flushed by [`Tracing::shutdown`].
 pub struct Tracing {
     provider: SdkTracerProvider,
     export_timeout: Duration,
@@ -76,12 +78,12 @@ impl Tracing {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let batch = BatchConfigBuilder::default()
-            .with_max_queue_size(settings.max_queue_spans)
-            .with_max_export_batch_size(512.min(settings.max_queue_spans))
-            .with_scheduled_delay(settings.export_delay)
+        let resource = Resource::builder()
+            .with_service_name(settings.service_name.clone())
+            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
             .build();
-        let processor = match settings.otlp_protocol {
+        let provider = SdkTracerProvider::builder().with_resource(resource);
+        let provider = match settings.otlp_protocol {
             OtlpProtocol::Http => {
                 let client = reqwest::Client::builder()
                     .connect_timeout(Duration::from_secs(5))
@@ -94,16 +96,19 @@ impl Tracing {
                         .as_deref(),
                     &headers,
                 )?;
-                let exporter = otlp::HttpExporter::new(
+                let sender = otlp::Sender::new(
                     client,
-                    tokio::runtime::Handle::current(),
                     reqwest::Url::parse(endpoint)?,
                     header_map,
                     settings.export_timeout,
                 );
-                BatchSpanProcessor::builder(exporter)
-                    .with_batch_config(batch)
-                    .build()
+                let queue = queue::Queue::start(
+                    sender,
+                    tokio::runtime::Handle::current(),
+                    settings.max_queue_spans,
+                    settings.export_delay,
+                )?;
+                provider.with_span_processor(queue)
             }
             OtlpProtocol::Grpc => {
                 use opentelemetry_otlp::WithTonicConfig;
@@ -119,22 +124,21 @@ impl Tracing {
                     .with_timeout(settings.export_timeout)
                     .with_metadata(metadata)
                     .build()?;
+                let batch = BatchConfigBuilder::default()
+                    .with_max_queue_size(settings.max_queue_spans)
+                    .with_max_export_batch_size(512.min(settings.max_queue_spans))
+                    .with_scheduled_delay(settings.export_delay)
+                    .build();
                 // OTLP/HTTP's failures are said where its requests are sent
-                // (`otlp::HttpExporter`), with their kind; gRPC's here, from the export's
-                // result.
-                BatchSpanProcessor::builder(Watched { inner: exporter })
-                    .with_batch_config(batch)
-                    .build()
+                // (`otlp::Sender`), with their kind; gRPC's here, from the export's result.
+                provider.with_span_processor(
+                    BatchSpanProcessor::builder(Watched { inner: exporter })
+                        .with_batch_config(batch)
+                        .build(),
+                )
             }
-        };
-        let resource = Resource::builder()
-            .with_service_name(settings.service_name.clone())
-            .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
-            .build();
-        let provider = SdkTracerProvider::builder()
-            .with_span_processor(processor)
-            .with_resource(resource)
-            .build();
+        }
+        .build();
         if TRACER.set(provider.tracer("assist-gateway")).is_err() {
             anyhow::bail!("traces: the exporter is already set up");
         }

@@ -1,5 +1,6 @@
-//! OTLP/HTTP with protobuf, written straight from the SDK's spans: an
-//! `ExportTraceServiceRequest` encoded in one pass into one buffer, then POSTed.
+//! OTLP/HTTP with protobuf, written straight from the SDK's spans: each span encoded
+//! into the `ExportTraceServiceRequest` it goes in ([`Batch`]), which is then POSTed
+//! ([`Sender`]).
 //!
 //! The SDK's own HTTP exporter first converts every span into the generated protobuf
 //! structs (an owned string per attribute key and value, a map to group spans by scope),
@@ -321,77 +322,97 @@ pub fn resource(resource: &Resource) -> Vec<u8> {
     buf
 }
 
-/// An `ExportTraceServiceRequest` of `spans`, from one resource (`resource` as
-/// [`resource`] encoded it, with its schema URL), grouped by instrumentation scope.
+/// One scope's spans, encoded one by one as they end, into the request they will be sent
+/// in: an `ExportTraceServiceRequest` with one `ResourceSpans` and one `ScopeSpans`.
 ///
-/// The spans are written first, after room left for what goes before them (the
-/// request's, the resource's and the scope's keys and lengths, the resource and the
-/// scope), which is written into that room once the lengths are known; the bytes are
-/// never moved along, however large the batch.
-pub fn export_request(resource: &[u8], schema_url: &str, spans: &[SpanData]) -> bytes::Bytes {
-    // The scopes in the order they first appear; the gateway's spans have one.
-    let mut scopes: Vec<&InstrumentationScope> = Vec::new();
-    for s in spans {
-        // Most spans share the last one's scope: compared first.
-        let scope = &s.instrumentation_scope;
-        if !scopes.last().is_some_and(|last| same_scope(last, scope))
-            && !scopes.iter().any(|known| same_scope(known, scope))
-        {
-            scopes.push(scope);
+/// The spans are written after room kept for what goes before them (the request's, the
+/// resource's and the scope's keys and lengths, the resource and the scope), which
+/// [`Batch::finish`] writes into that room once the lengths are known: the bytes are never
+/// moved along, however large the batch.
+#[derive(Debug)]
+pub struct Batch {
+    scope: InstrumentationScope,
+    /// The scope's field (`InstrumentationScope`, field 1 of `ScopeSpans`), written once.
+    scope_field: Vec<u8>,
+    room: usize,
+    buf: Vec<u8>,
+    spans: usize,
+}
+
+impl Batch {
+    /// An empty batch of `scope`'s spans, for a resource of `resource_len` encoded bytes.
+    pub fn new(scope: &InstrumentationScope, resource_len: usize) -> Self {
+        let mut scope_field = Vec::new();
+        nested(&mut scope_field, 1, |buf| self::scope(buf, scope));
+        // Three keys and lengths (at most 1 + 5 bytes each), the resource, the scope.
+        let room = 3 * 6 + 6 + resource_len + scope_field.len();
+        let mut buf = Vec::with_capacity(room + 4096);
+        buf.resize(room, 0);
+        Self {
+            scope: scope.clone(),
+            scope_field,
+            room,
+            buf,
+            spans: 0,
         }
     }
-    // With one scope (the gateway's spans), its `ScopeSpans` opens in the room too.
-    let one = match scopes[..] {
-        [only] => {
-            let mut field = Vec::new();
-            nested(&mut field, 1, |buf| scope(buf, only));
-            Some((only, field))
-        }
-        _ => None,
-    };
-    // Three keys and lengths (at most 1 + 5 bytes each), the resource, the scope.
-    let room = 3 * 6 + 6 + resource.len() + one.as_ref().map_or(0, |(_, f)| f.len());
-    let mut buf = Vec::with_capacity(room + 64 + spans.len() * 512);
-    buf.resize(room, 0);
-    // With one scope: the scope's field and the length of its `ScopeSpans`' contents.
-    let opened: Option<(&[u8], usize)> = match &one {
-        Some((only, field)) => {
-            for s in spans {
-                nested_in(&mut buf, 2, 2, |buf| span(buf, s));
-            }
-            string(&mut buf, 3, only.schema_url().unwrap_or_default());
-            Some((field, field.len() + buf.len() - room))
-        }
-        None => {
-            for each in &scopes {
-                nested(&mut buf, 2, |buf| {
-                    nested(buf, 1, |buf| scope(buf, each));
-                    for s in spans.iter().filter(|s| &s.instrumentation_scope == *each) {
-                        nested_in(buf, 2, 2, |buf| span(buf, s));
-                    }
-                    string(buf, 3, each.schema_url().unwrap_or_default());
-                });
-            }
-            None
-        }
-    };
-    string(&mut buf, 3, schema_url);
-    // What goes before the spans, now that every length is known.
-    let resource_field = 1 + varint_len(resource.len() as u64) + resource.len();
-    let ahead = opened.map_or(0, |(field, len)| 1 + varint_len(len as u64) + field.len());
-    let resource_spans = resource_field + ahead + (buf.len() - room);
-    let mut head = Vec::with_capacity(room);
-    key(&mut head, 1, WireType::LengthDelimited);
-    varint(&mut head, resource_spans as u64);
-    bytes_always(&mut head, 1, resource);
-    if let Some((field, len)) = opened {
+
+    /// Whether `span` belongs in this batch (its scope is this batch's).
+    pub fn takes(&self, span: &SpanData) -> bool {
+        same_scope(&self.scope, &span.instrumentation_scope)
+    }
+
+    /// Appends `span` (of this batch's scope).
+    pub fn push(&mut self, span: &SpanData) {
+        debug_assert!(self.takes(span));
+        nested_in(&mut self.buf, 2, 2, |buf| self::span(buf, span));
+        self.spans += 1;
+    }
+
+    /// How many spans the batch holds.
+    pub fn spans(&self) -> usize {
+        self.spans
+    }
+
+    /// How many bytes the batch holds.
+    pub fn size(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The request, from `resource` (as [`resource`] encoded it, `resource_len` bytes at
+    /// [`Batch::new`]) with its schema URL.
+    pub fn finish(self, resource: &[u8], schema_url: &str) -> bytes::Bytes {
+        let Self {
+            scope,
+            scope_field,
+            room,
+            mut buf,
+            ..
+        } = self;
+        string(&mut buf, 3, scope.schema_url().unwrap_or_default());
+        let scope_spans = scope_field.len() + buf.len() - room;
+        string(&mut buf, 3, schema_url);
+        // What goes before the spans, now that every length is known.
+        let resource_field = 1 + varint_len(resource.len() as u64) + resource.len();
+        let ahead = 1 + varint_len(scope_spans as u64) + scope_field.len();
+        let resource_spans = resource_field + ahead + (buf.len() - room);
+        let mut head = Vec::with_capacity(room);
+        key(&mut head, 1, WireType::LengthDelimited);
+        varint(&mut head, resource_spans as u64);
+        bytes_always(&mut head, 1, resource);
         key(&mut head, 2, WireType::LengthDelimited);
-        varint(&mut head, len as u64);
-        head.extend_from_slice(field);
+        varint(&mut head, scope_spans as u64);
+        head.extend_from_slice(&scope_field);
+        if head.len() > room {
+            // A resource larger than the one the batch was made for (set after its first
+            // span): the spans move once.
+            head.extend_from_slice(&buf[room..]);
+            return head.into();
+        }
+        let start = room - head.len();
+        buf[start..room].copy_from_slice(&head);
+        bytes::Bytes::from(buf).slice(start..)
     }
-    let start = room - head.len();
-    buf[start..room].copy_from_slice(&head);
-    bytes::Bytes::from(buf).slice(start..)
 }
 
 /// A length-delimited field written even when empty (the resource is always sent).
@@ -439,40 +460,75 @@ pub fn headers(
 /// Tries of one export: the first and up to three more, within the export's timeout.
 const TRIES: u32 = 4;
 
-/// The OTLP/HTTP exporter: each batch POSTed as protobuf to the traces URL, with the
-/// configured headers, on the gateway's runtime. A collector that asks the sender to slow
-/// down (429, 503, with or without `retry-after`), a gateway in front of it that failed
-/// (502, 504) and a connection that failed are tried again, after 100 ms, 200 ms,
-/// 400 ms (or what `retry-after` asks, up to 5 s), as long as the export's timeout
-/// allows; any other answer is final.
+/// What sends OTLP/HTTP requests: each POSTed as protobuf to the traces URL, with the
+/// configured headers. A collector that asks the sender to slow down (429, 503, with or
+/// without `retry-after`), a gateway in front of it that failed (502, 504) and a
+/// connection that failed are tried again, after 100 ms, 200 ms, 400 ms (or what
+/// `retry-after` asks, up to 5 s), as long as the export's timeout allows; any other
+/// answer is final.
 #[derive(Debug)]
-pub struct HttpExporter {
+pub struct Sender {
     client: reqwest::Client,
-    handle: tokio::runtime::Handle,
     endpoint: reqwest::Url,
     headers: reqwest::header::HeaderMap,
     timeout: Duration,
-    resource: Vec<u8>,
-    schema_url: String,
 }
 
-impl HttpExporter {
+impl Sender {
     pub fn new(
         client: reqwest::Client,
-        handle: tokio::runtime::Handle,
         endpoint: reqwest::Url,
         headers: reqwest::header::HeaderMap,
         timeout: Duration,
     ) -> Self {
         Self {
             client,
-            handle,
             endpoint,
             headers,
             timeout,
-            resource: Vec::new(),
-            schema_url: String::new(),
         }
+    }
+
+    /// The longest one request is tried for.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Sends one request (a [`Batch`]'s), trying again as the collector asks.
+    pub async fn deliver(&self, body: bytes::Bytes) -> OTelSdkResult {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut wait = Duration::from_millis(100);
+        for tried in 1..=TRIES {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let sent = send(
+                &self.client,
+                &self.endpoint,
+                &self.headers,
+                body.clone(),
+                left,
+            );
+            let (kind, status) = match sent.await {
+                Try::Done => return Ok(()),
+                Try::Failed(kind, status) => (kind, status),
+                Try::Again(kind, status, after) => {
+                    let pause = after.unwrap_or(wait);
+                    let next = tokio::time::Instant::now() + pause;
+                    if tried == TRIES || next >= deadline {
+                        (kind, status)
+                    } else {
+                        tokio::time::sleep_until(next).await;
+                        wait *= 2;
+                        continue;
+                    }
+                }
+            };
+            super::export_failed(kind, status);
+            return Err(OTelSdkError::InternalFailure(match status {
+                Some(code) => format!("OTLP export: status {code}"),
+                None => format!("OTLP export: {kind}"),
+            }));
+        }
+        Err(OTelSdkError::InternalFailure("OTLP export: no try".into()))
     }
 }
 
@@ -521,61 +577,8 @@ async fn send(
     }
 }
 
-impl opentelemetry_sdk::trace::SpanExporter for HttpExporter {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let body = export_request(&self.resource, &self.schema_url, &batch);
-        drop(batch);
-        let (client, endpoint, headers) = (
-            self.client.clone(),
-            self.endpoint.clone(),
-            self.headers.clone(),
-        );
-        let timeout = self.timeout;
-        self.handle
-            .spawn(async move {
-                let deadline = tokio::time::Instant::now() + timeout;
-                let mut wait = Duration::from_millis(100);
-                for tried in 1..=TRIES {
-                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    let (kind, status) =
-                        match send(&client, &endpoint, &headers, body.clone(), left).await {
-                            Try::Done => return Ok(()),
-                            Try::Failed(kind, status) => (kind, status),
-                            Try::Again(kind, status, after) => {
-                                let pause = after.unwrap_or(wait);
-                                let next = tokio::time::Instant::now() + pause;
-                                if tried == TRIES || next >= deadline {
-                                    (kind, status)
-                                } else {
-                                    tokio::time::sleep_until(next).await;
-                                    wait *= 2;
-                                    continue;
-                                }
-                            }
-                        };
-                    super::export_failed(kind, status);
-                    return Err(OTelSdkError::InternalFailure(match status {
-                        Some(code) => format!("OTLP export: status {code}"),
-                        None => format!("OTLP export: {kind}"),
-                    }));
-                }
-                Err(OTelSdkError::InternalFailure("OTLP export: no try".into()))
-            })
-            .await
-            .map_err(|e| OTelSdkError::InternalFailure(format!("OTLP export task: {e}")))?
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.resource = self::resource(resource);
-        self.schema_url = resource.schema_url().unwrap_or_default().to_string();
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::borrow::Cow;
 
     use opentelemetry::trace::{Event, Link, SpanContext, SpanId, TraceFlags, TraceId, TraceState};
@@ -603,7 +606,10 @@ mod tests {
         )
     }
 
-    fn span_data(name: &'static str, scope: &InstrumentationScope) -> SpanData {
+    pub(in crate::trace) fn span_data(
+        name: &'static str,
+        scope: &InstrumentationScope,
+    ) -> SpanData {
         let start = UNIX_EPOCH + Duration::from_nanos(1_764_000_000_123_456_789);
         SpanData {
             span_context: context(0xabc, 0x11, false, ""),
@@ -703,15 +709,66 @@ mod tests {
         }
     }
 
+    /// The requests the queue sends for `spans`: one per scope, in the order the scopes
+    /// first appear.
+    fn requests(resource: &Resource, spans: &[SpanData]) -> Vec<bytes::Bytes> {
+        let encoded = self::resource(resource);
+        let mut batches: Vec<Batch> = Vec::new();
+        for s in spans {
+            match batches.iter_mut().find(|b| b.takes(s)) {
+                Some(batch) => batch.push(s),
+                None => {
+                    let mut batch = Batch::new(&s.instrumentation_scope, encoded.len());
+                    batch.push(s);
+                    batches.push(batch);
+                }
+            }
+        }
+        let schema = resource.schema_url().unwrap_or_default();
+        batches
+            .into_iter()
+            .map(|b| b.finish(&encoded, schema))
+            .collect()
+    }
+
+    /// One request of one scope's `spans`.
+    fn request(resource: &Resource, spans: &[SpanData]) -> bytes::Bytes {
+        let mut all = requests(resource, spans);
+        assert_eq!(all.len(), 1, "one scope");
+        all.remove(0)
+    }
+
     #[test]
     fn the_encoding_is_the_message_the_sdk_sends() {
+        // Two scopes: a request each, which together say what the SDK's one request says.
         let (resource, spans) = batch();
-        let schema = resource.schema_url().unwrap_or_default().to_string();
-        let ours = export_request(&self::resource(&resource), &schema, &spans);
-        let decoded = ExportTraceServiceRequest::decode(&ours[..]).unwrap();
+        let ours = requests(&resource, &spans);
+        assert_eq!(ours.len(), 2);
         let expected = reference(&resource, spans);
-        assert_eq!(decoded, expected);
-        // Byte for byte too: the same fields in the same order, defaults left out alike.
+        let mut merged = ExportTraceServiceRequest::decode(&ours[0][..]).unwrap();
+        let second = ExportTraceServiceRequest::decode(&ours[1][..]).unwrap();
+        merged.resource_spans[0]
+            .scope_spans
+            .extend(second.resource_spans[0].scope_spans.iter().cloned());
+        assert_eq!(merged, expected);
+        // Byte for byte too, scope by scope: the same fields in the same order, defaults
+        // left out alike.
+        for (ours, scope) in ours.iter().zip(&expected.resource_spans[0].scope_spans) {
+            let mut one = expected.clone();
+            one.resource_spans[0].scope_spans = vec![scope.clone()];
+            assert_eq!(ours[..], one.encode_to_vec()[..]);
+        }
+    }
+
+    #[test]
+    fn a_resource_set_after_the_first_span_still_heads_the_request() {
+        let (resource, spans) = batch();
+        let gateway = spans[0].instrumentation_scope.clone();
+        let mut batch = Batch::new(&gateway, 0);
+        batch.push(&spans[0]);
+        let encoded = self::resource(&resource);
+        let ours = batch.finish(&encoded, resource.schema_url().unwrap_or_default());
+        let expected = reference(&resource, vec![spans[0].clone()]);
         assert_eq!(ours[..], expected.encode_to_vec()[..]);
     }
 
@@ -747,7 +804,7 @@ mod tests {
 
     /// A collector on a free port answering each export with the next of `answers`
     /// (status, retry-after), then 200; it keeps every body it was sent.
-    async fn collector(
+    pub(in crate::trace) async fn collector(
         answers: Vec<(u16, Option<&'static str>)>,
     ) -> (
         reqwest::Url,
@@ -778,51 +835,52 @@ mod tests {
         (reqwest::Url::parse(&url).unwrap(), got)
     }
 
-    fn exporter(url: reqwest::Url, timeout: Duration) -> HttpExporter {
-        let (resource, _) = batch();
-        let mut exporter = HttpExporter::new(
+    fn sender(url: reqwest::Url, timeout: Duration) -> Sender {
+        Sender::new(
             reqwest::Client::new(),
-            tokio::runtime::Handle::current(),
             url,
             reqwest::header::HeaderMap::new(),
             timeout,
-        );
-        opentelemetry_sdk::trace::SpanExporter::set_resource(&mut exporter, &resource);
-        exporter
+        )
     }
 
     #[tokio::test(flavor = "multi_thread")]
     async fn a_collector_that_asks_to_slow_down_gets_the_batch_again() {
-        use opentelemetry_sdk::trace::SpanExporter as _;
         let (url, got) = collector(vec![(503, Some("0")), (429, None)]).await;
-        let (_, spans) = batch();
-        let sent = exporter(url, Duration::from_secs(10)).export(spans).await;
+        let (resource, spans) = batch();
+        let body = requests(&resource, &spans).remove(1);
+        let sent = sender(url, Duration::from_secs(10)).deliver(body).await;
         assert!(sent.is_ok(), "{sent:?}");
         let bodies = got.lock().unwrap().clone();
         assert_eq!(bodies.len(), 3, "503, then 429, then taken");
         assert!(bodies.iter().all(|b| b == &bodies[0]));
         let request = ExportTraceServiceRequest::decode(bodies[2].as_ref()).unwrap();
-        assert_eq!(request.resource_spans[0].scope_spans.len(), 2);
+        let names: Vec<&str> = request.resource_spans[0].scope_spans[0]
+            .spans
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(names, ["retrieve", "queue"], "the second scope's spans");
     }
 
     #[tokio::test(flavor = "multi_thread")]
     async fn a_refused_batch_is_not_sent_again() {
-        use opentelemetry_sdk::trace::SpanExporter as _;
         let (url, got) = collector(vec![(400, None)]).await;
-        let (_, spans) = batch();
-        let sent = exporter(url, Duration::from_secs(10)).export(spans).await;
+        let (resource, spans) = batch();
+        let body = requests(&resource, &spans).remove(0);
+        let sent = sender(url, Duration::from_secs(10)).deliver(body).await;
         assert!(sent.is_err());
         assert_eq!(got.lock().unwrap().len(), 1);
     }
 
     #[tokio::test(flavor = "multi_thread")]
     async fn tries_stop_at_the_export_timeout() {
-        use opentelemetry_sdk::trace::SpanExporter as _;
         // Always 503, asking for 5 s each time: one try fits in a 1 s timeout.
         let (url, got) = collector(vec![(503, Some("5")); 10]).await;
-        let (_, spans) = batch();
+        let (resource, spans) = batch();
+        let body = requests(&resource, &spans).remove(0);
         let started = std::time::Instant::now();
-        let sent = exporter(url, Duration::from_secs(1)).export(spans).await;
+        let sent = sender(url, Duration::from_secs(1)).deliver(body).await;
         assert!(sent.is_err());
         assert_eq!(got.lock().unwrap().len(), 1);
         assert!(started.elapsed() < Duration::from_secs(3));
@@ -832,11 +890,19 @@ mod tests {
     fn a_large_batch_keeps_its_lengths() {
         // Messages past 127 and 16,383 bytes take two- and three-byte lengths.
         let (resource, one) = batch();
-        let spans: Vec<SpanData> = one.iter().cycle().take(600).cloned().collect();
-        let ours = export_request(&self::resource(&resource), "", &spans);
+        let gateway = one[0].instrumentation_scope.clone();
+        let spans: Vec<SpanData> = one
+            .iter()
+            .cycle()
+            .take(600)
+            .map(|s| SpanData {
+                instrumentation_scope: gateway.clone(),
+                ..s.clone()
+            })
+            .collect();
+        let ours = request(&resource, &spans);
         let decoded = ExportTraceServiceRequest::decode(&ours[..]).unwrap();
-        let mut expected = reference(&resource, spans);
-        expected.resource_spans[0].schema_url.clear();
+        let expected = reference(&resource, spans);
         assert_eq!(decoded, expected);
         assert!(ours.len() > 100_000, "{}", ours.len());
     }
@@ -857,18 +923,14 @@ mod tests {
         let kinds = [tiny, ordinary, huge];
         for n in [1, 2, 3, 40, 300] {
             let spans: Vec<SpanData> = kinds.iter().cycle().take(n).cloned().collect();
-            let schema = resource.schema_url().unwrap_or_default().to_string();
-            let ours = export_request(&self::resource(&resource), &schema, &spans);
+            let ours = request(&resource, &spans);
             let expected = reference(&resource, spans).encode_to_vec();
             assert_eq!(ours[..], expected[..], "{n} spans");
         }
-        let ours = export_request(&self::resource(&Resource::builder_empty().build()), "", &[]);
-        assert_eq!(
-            ExportTraceServiceRequest::decode(&ours[..])
-                .unwrap()
-                .resource_spans
-                .len(),
-            1
-        );
+        // An empty resource too.
+        let empty = Resource::builder_empty().build();
+        let spans = kinds.to_vec();
+        let ours = request(&empty, &spans);
+        assert_eq!(ours[..], reference(&empty, spans).encode_to_vec()[..]);
     }
 }
