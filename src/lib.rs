@@ -18,6 +18,7 @@ pub mod eval;
 pub mod grpc;
 pub mod http;
 pub mod ingest;
+pub mod json;
 pub mod llm;
 pub mod pipeline;
 pub mod privacy;

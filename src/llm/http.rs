@@ -107,6 +107,16 @@ impl Upstream {
         self.authorize(self.client.post(self.url(path)).json(body))
     }
 
+    /// A POST of JSON already written.
+    pub(crate) fn post_body(&self, path: &str, body: Vec<u8>) -> RequestBuilder {
+        let request = self
+            .client
+            .post(self.url(path))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        self.authorize(request)
+    }
+
     fn authorize(&self, rb: RequestBuilder) -> RequestBuilder {
         match &self.api_key {
             Some(key) => rb.bearer_auth(key),
@@ -253,63 +263,6 @@ fn without_credentials(url: &str) -> String {
             }
         }
         _ => url.to_string(),
-    }
-}
-
-/// A response body as byte chunks, cut off with a `Protocol` error when more than
-/// `max_line_bytes` arrive without an SSE event boundary (a blank line); transport
-/// failures become `Closed`. Bounds what the SSE parser buffers for one event.
-pub(crate) fn bounded_events(
-    response: Response,
-    up: Upstream,
-) -> impl futures::Stream<Item = Result<bytes::Bytes, UpstreamError>> {
-    use futures::StreamExt;
-    async_stream::stream! {
-        let max = up.max_line_bytes;
-        let mut since_boundary = 0usize;
-        let mut after_newline = false;
-        let mut body = response.bytes_stream();
-        while let Some(item) = body.next().await {
-            let bytes = match item {
-                Ok(bytes) => bytes,
-                Err(e) => {
-                    let mut err = up.transport_error(&e);
-                    err.kind = UpstreamErrorKind::Closed;
-                    yield Err(err);
-                    return;
-                }
-            };
-            // End of the last complete event in this piece, to pass on what came before
-            // an oversized event.
-            let mut complete = 0;
-            let mut oversized = false;
-            for (i, &b) in bytes.iter().enumerate() {
-                match b {
-                    b'\n' if after_newline => {
-                        since_boundary = 0;
-                        complete = i + 1;
-                    }
-                    b'\n' => after_newline = true,
-                    b'\r' => {}
-                    _ => {
-                        after_newline = false;
-                        since_boundary += 1;
-                        if since_boundary > max {
-                            oversized = true;
-                            break;
-                        }
-                    }
-                }
-            }
-            if oversized {
-                if complete > 0 {
-                    yield Ok(bytes.slice(..complete));
-                }
-                yield Err(up.too_long());
-                return;
-            }
-            yield Ok(bytes);
-        }
     }
 }
 
@@ -563,54 +516,6 @@ mod tests {
         assert_eq!(error_message("   "), None);
         let long = "é".repeat(400);
         assert!(error_message(&long).unwrap().ends_with('…'));
-    }
-
-    /// What `bounded_events` passes on for a body arriving in these pieces.
-    async fn bounded(pieces: &[&str], max: usize) -> (String, Option<UpstreamError>) {
-        use futures::StreamExt;
-        let pieces: Vec<Result<bytes::Bytes, std::io::Error>> = pieces
-            .iter()
-            .map(|p| Ok(bytes::Bytes::from(p.to_string())))
-            .collect();
-        let body = reqwest::Body::wrap_stream(futures::stream::iter(pieces));
-        let response = Response::from(axum::http::Response::new(body));
-        let up = Upstream::new(
-            "http://u",
-            None,
-            Duration::from_secs(1),
-            Duration::from_secs(1),
-        )
-        .unwrap()
-        .with_max_line_bytes(max);
-        let mut out = String::new();
-        let mut events = Box::pin(bounded_events(response, up));
-        while let Some(item) = events.next().await {
-            match item {
-                Ok(b) => out.push_str(std::str::from_utf8(&b).unwrap()),
-                Err(e) => return (out, Some(e)),
-            }
-        }
-        (out, None)
-    }
-
-    #[tokio::test]
-    async fn events_longer_than_the_limit_end_the_body_after_the_complete_ones() {
-        let (out, err) = bounded(&["data: 12345\n\n", "data: 1234", "5\r\n\r\n"], 11).await;
-        assert_eq!(out, "data: 12345\n\ndata: 12345\r\n\r\n");
-        assert!(err.is_none());
-        // Over the limit in one piece that also holds a complete event: that one first.
-        let (out, err) = bounded(&["data: 1\n\ndata: 123456"], 11).await;
-        assert_eq!(out, "data: 1\n\n");
-        let err = err.unwrap();
-        assert_eq!(err.kind, UpstreamErrorKind::Protocol);
-        assert!(err.detail.contains("11 bytes"), "{err}");
-        // Over the limit across pieces.
-        let (out, err) = bounded(&["data: 1234", "56"], 11).await;
-        assert_eq!(out, "data: 1234");
-        assert!(err.is_some());
-        // Lines of one event count together: the event is what the parser holds.
-        let (_, err) = bounded(&["data: 1\ndata: 2\ndata: 3\n"], 11).await;
-        assert!(err.is_some());
     }
 
     #[test]

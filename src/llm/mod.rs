@@ -6,6 +6,7 @@ pub(crate) mod http;
 pub mod ollama;
 pub mod openai;
 pub mod resilient;
+pub(crate) mod sse;
 pub mod tokenize;
 
 use std::sync::Arc;

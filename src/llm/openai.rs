@@ -1,17 +1,19 @@
 //! Any OpenAI-compatible server: `/chat/completions` and `/completions` streamed as SSE.
 
 use std::borrow::Cow;
+use std::ops::ControlFlow;
 
 use async_trait::async_trait;
-use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use super::http::{bounded_events, error_text, whole_body, Upstream, MAX_SMALL_REPLY};
+use super::http::{error_text, whole_body, Upstream, MAX_SMALL_REPLY};
+use super::sse;
 use super::{
     ChatModel, Chunk, ChunkStream, FinishReason, Input, Message, ModelCard, ToolCall,
     UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamRequest, Usage,
 };
+use crate::json;
 
 pub struct OpenAiChat {
     up: Upstream,
@@ -23,23 +25,38 @@ impl OpenAiChat {
     }
 }
 
-fn request_body(req: &UpstreamRequest) -> (&'static str, Value) {
-    let mut body = Map::new();
-    body.insert("model".into(), json!(req.model));
-    body.insert("stream".into(), json!(!req.whole));
-    if !req.whole {
-        body.insert("stream_options".into(), json!({"include_usage": true}));
-    }
+/// The request's JSON, written straight into its bytes: the prompt's texts escaped by
+/// [`crate::json`], the few structured values (tools, tool calls, `response_format`) by
+/// `serde_json`.
+fn request_body(req: &UpstreamRequest) -> (&'static str, Vec<u8>) {
+    let texts: usize = match &req.input {
+        Input::Chat(messages) => messages.iter().map(|m| m.content.len() + 32).sum(),
+        Input::Prompt { prompt, suffix, .. } => {
+            prompt.len() + suffix.as_ref().map_or(0, String::len)
+        }
+    };
+    let mut out = Vec::with_capacity(texts + texts / 8 + 256);
+    out.extend_from_slice(b"{\"model\":");
+    json::push_string(&mut out, &req.model);
+    out.extend_from_slice(if req.whole {
+        b",\"stream\":false"
+    } else {
+        b",\"stream\":true,\"stream_options\":{\"include_usage\":true}"
+    });
     let path = match &req.input {
         Input::Chat(messages) => {
-            body.insert(
-                "messages".into(),
-                Value::Array(messages.iter().map(message).collect()),
-            );
+            out.extend_from_slice(b",\"messages\":[");
+            for (i, m) in messages.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                message(&mut out, m);
+            }
+            out.push(b']');
             if !req.tools.is_empty() {
-                body.insert("tools".into(), Value::Array(req.tools.clone()));
+                field(&mut out, "tools", &req.tools);
                 if let Some(choice) = &req.tool_choice {
-                    body.insert("tool_choice".into(), choice.clone());
+                    field(&mut out, "tool_choice", choice);
                 }
             }
             "/chat/completions"
@@ -50,59 +67,86 @@ fn request_body(req: &UpstreamRequest) -> (&'static str, Value) {
             system,
             ..
         } => {
-            let prompt = match system {
-                Some(s) if !s.is_empty() => format!("{s}\n\n{prompt}"),
-                _ => prompt.clone(),
-            };
-            body.insert("prompt".into(), json!(prompt));
+            out.extend_from_slice(b",\"prompt\":");
+            match system {
+                Some(s) if !s.is_empty() => {
+                    json::push_string(&mut out, &format!("{s}\n\n{prompt}"))
+                }
+                _ => json::push_string(&mut out, prompt),
+            }
             if let Some(s) = suffix {
-                body.insert("suffix".into(), json!(s));
+                out.extend_from_slice(b",\"suffix\":");
+                json::push_string(&mut out, s);
             }
             "/completions"
         }
     };
     let p = &req.params;
-    let mut set = |k: &str, v: Option<Value>| {
-        if let Some(v) = v {
-            body.insert(k.to_string(), v);
-        }
-    };
-    set("max_tokens", p.max_tokens.map(|v| json!(v)));
-    set("temperature", p.temperature.map(|v| json!(v)));
-    set("top_p", p.top_p.map(|v| json!(v)));
-    set("seed", p.seed.map(|v| json!(v)));
-    set("presence_penalty", p.presence_penalty.map(|v| json!(v)));
-    set("frequency_penalty", p.frequency_penalty.map(|v| json!(v)));
-    set("response_format", p.response_format.clone());
-    set("stop", (!p.stop.is_empty()).then(|| json!(p.stop)));
-    (path, Value::Object(body))
+    if let Some(v) = p.max_tokens {
+        field(&mut out, "max_tokens", &v);
+    }
+    if let Some(v) = p.temperature {
+        field(&mut out, "temperature", &v);
+    }
+    if let Some(v) = p.top_p {
+        field(&mut out, "top_p", &v);
+    }
+    if let Some(v) = p.seed {
+        field(&mut out, "seed", &v);
+    }
+    if let Some(v) = p.presence_penalty {
+        field(&mut out, "presence_penalty", &v);
+    }
+    if let Some(v) = p.frequency_penalty {
+        field(&mut out, "frequency_penalty", &v);
+    }
+    if let Some(v) = &p.response_format {
+        field(&mut out, "response_format", v);
+    }
+    if !p.stop.is_empty() {
+        field(&mut out, "stop", &p.stop);
+    }
+    out.push(b'}');
+    (path, out)
 }
 
-fn message(m: &Message) -> Value {
-    let mut out = Map::new();
-    out.insert("role".into(), json!(m.role.as_str()));
-    let content = if !m.images.is_empty() {
-        let mut parts = vec![json!({"type": "text", "text": m.content})];
-        parts.extend(
-            m.images
-                .iter()
-                .map(|img| json!({"type": "image_url", "image_url": {"url": image_url(img)}})),
-        );
-        Value::Array(parts)
-    } else {
+/// `,"key":value`, the value as `serde_json` writes it.
+fn field(out: &mut Vec<u8>, key: &str, value: &impl serde::Serialize) {
+    out.push(b',');
+    json::push_string(out, key);
+    out.push(b':');
+    // Numbers, strings and JSON trees: writing them into memory cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
+}
+
+fn message(out: &mut Vec<u8>, m: &Message) {
+    out.extend_from_slice(b"{\"role\":");
+    json::push_string(out, m.role.as_str());
+    out.extend_from_slice(b",\"content\":");
+    if m.images.is_empty() {
         // Also beside `tool_calls`: an empty string, never `null`, which llama-cpp-python
         // refuses ("Input should be a valid string"); OpenAI and the others accept both.
-        json!(m.content)
-    };
-    out.insert("content".into(), content);
+        json::push_string(out, &m.content);
+    } else {
+        out.extend_from_slice(b"[{\"type\":\"text\",\"text\":");
+        json::push_string(out, &m.content);
+        out.push(b'}');
+        for img in &m.images {
+            out.extend_from_slice(b",{\"type\":\"image_url\",\"image_url\":{\"url\":");
+            json::push_string(out, &image_url(img));
+            out.extend_from_slice(b"}}");
+        }
+        out.push(b']');
+    }
     if !m.tool_calls.is_empty() {
         let calls: Vec<Value> = m.tool_calls.iter().map(ToolCall::openai_json).collect();
-        out.insert("tool_calls".into(), Value::Array(calls));
+        field(out, "tool_calls", &calls);
     }
     if let Some(id) = &m.tool_call_id {
-        out.insert("tool_call_id".into(), json!(id));
+        out.extend_from_slice(b",\"tool_call_id\":");
+        json::push_string(out, id);
     }
-    Value::Object(out)
+    out.push(b'}');
 }
 
 /// Ollama sends bare base64; OpenAI wants a URL, so bare data becomes a `data:` URL.
@@ -127,7 +171,7 @@ impl ChatModel for OpenAiChat {
 
     async fn stream(&self, request: UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
         let (path, body) = request_body(&request);
-        let post = self.up.post_json(path, &body);
+        let post = self.up.post_body(path, body);
         if request.whole {
             let response = self.up.send_whole(post).await?;
             let body = whole_body(response, &self.up).await?;
@@ -187,39 +231,59 @@ impl ChatModel for OpenAiChat {
     }
 }
 
-/// Reads an SSE body (chat or text completions) into chunks.
+/// Reads an SSE body (chat or text completions) into chunks, until `[DONE]` or its end.
+/// An event longer than `max_line_bytes` ends it with a `Protocol` error (after the
+/// events before it); a transport failure is `Closed`.
 fn sse_chunks(
     response: reqwest::Response,
     up: Upstream,
 ) -> impl futures::Stream<Item = Result<Chunk, UpstreamError>> {
     async_stream::stream! {
-        let mut events = Box::pin(bounded_events(response, up.clone()).eventsource());
+        let mut body = response.bytes_stream();
+        let mut reader = sse::Reader::new(up.max_line_bytes());
         let mut state = SseState::default();
-        while let Some(event) = events.next().await {
-            let event = match event {
-                Ok(ev) => ev,
-                Err(eventsource_stream::EventStreamError::Transport(e)) => {
-                    yield Err(e);
-                    return;
-                }
+        let mut out: Vec<Result<Chunk, UpstreamError>> = Vec::new();
+        while let Some(piece) = body.next().await {
+            let piece = match piece {
+                Ok(piece) => piece,
                 Err(e) => {
-                    yield Err(up.error(UpstreamErrorKind::Protocol, e.to_string()));
+                    let mut err = up.transport_error(&e);
+                    err.kind = UpstreamErrorKind::Closed;
+                    yield Err(err);
                     return;
                 }
             };
-            if event.data.trim() == "[DONE]" {
-                break;
-            }
-            match state.read(&event.data, &up) {
-                Ok(chunks) => {
-                    for c in chunks {
-                        yield Ok(c);
+            // `[DONE]` and a failed event both stop the reading.
+            let mut done = false;
+            let read = reader.read(&piece, &mut |data| {
+                if data.trim() == "[DONE]" {
+                    done = true;
+                    return ControlFlow::Break(());
+                }
+                match state.read(data, &up) {
+                    Ok(chunks) => {
+                        out.extend(chunks.into_iter().map(Ok));
+                        ControlFlow::Continue(())
+                    }
+                    Err(e) => {
+                        out.push(Err(e));
+                        ControlFlow::Break(())
                     }
                 }
-                Err(e) => {
-                    yield Err(e);
-                    return;
-                }
+            });
+            let failed = out.last().is_some_and(Result::is_err);
+            for chunk in out.drain(..) {
+                yield chunk;
+            }
+            if failed {
+                return;
+            }
+            if read.is_err() {
+                yield Err(up.too_long());
+                return;
+            }
+            if done {
+                break;
             }
         }
         yield state.finish(&up);

@@ -9,6 +9,7 @@ use std::path::Path;
 /// Each top-level module's layer, lowest first.
 pub(crate) const LAYERS: &[(&str, u8)] = &[
     ("config", 0),
+    ("json", 0),
     ("llm", 1),
     ("embed", 2),
     ("error", 2),

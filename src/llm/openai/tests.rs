@@ -347,6 +347,7 @@ fn request_body_follows_the_openai_shape() {
         whole: false,
     };
     let (path, body) = request_body(&req);
+    let body: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(path, "/chat/completions");
     assert_eq!(
         body["messages"][0]["content"][1]["image_url"]["url"],
@@ -362,4 +363,145 @@ fn request_body_follows_the_openai_shape() {
     assert_eq!(body["stop"], json!(["a", "b"]));
     assert_eq!(body["stream_options"], json!({"include_usage": true}));
     assert_eq!(body["tool_choice"], json!("auto"));
+}
+
+/// The request body as a JSON tree, as the gateway built it before writing its bytes
+/// directly: the reference the written bytes must parse to.
+fn reference_body(req: &UpstreamRequest) -> Value {
+    fn message(m: &Message) -> Value {
+        let mut out = serde_json::Map::new();
+        out.insert("role".into(), json!(m.role.as_str()));
+        let content = if m.images.is_empty() {
+            json!(m.content)
+        } else {
+            let mut parts = vec![json!({"type": "text", "text": m.content})];
+            parts.extend(
+                m.images
+                    .iter()
+                    .map(|img| json!({"type": "image_url", "image_url": {"url": image_url(img)}})),
+            );
+            Value::Array(parts)
+        };
+        out.insert("content".into(), content);
+        if !m.tool_calls.is_empty() {
+            let calls: Vec<Value> = m.tool_calls.iter().map(ToolCall::openai_json).collect();
+            out.insert("tool_calls".into(), Value::Array(calls));
+        }
+        if let Some(id) = &m.tool_call_id {
+            out.insert("tool_call_id".into(), json!(id));
+        }
+        Value::Object(out)
+    }
+    let mut body = serde_json::Map::new();
+    body.insert("model".into(), json!(req.model));
+    body.insert("stream".into(), json!(!req.whole));
+    if !req.whole {
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    match &req.input {
+        Input::Chat(messages) => {
+            body.insert(
+                "messages".into(),
+                Value::Array(messages.iter().map(message).collect()),
+            );
+            if !req.tools.is_empty() {
+                body.insert("tools".into(), Value::Array(req.tools.clone()));
+                if let Some(choice) = &req.tool_choice {
+                    body.insert("tool_choice".into(), choice.clone());
+                }
+            }
+        }
+        Input::Prompt {
+            prompt,
+            suffix,
+            system,
+            ..
+        } => {
+            let prompt = match system {
+                Some(s) if !s.is_empty() => format!("{s}\n\n{prompt}"),
+                _ => prompt.clone(),
+            };
+            body.insert("prompt".into(), json!(prompt));
+            if let Some(s) = suffix {
+                body.insert("suffix".into(), json!(s));
+            }
+        }
+    }
+    let p = &req.params;
+    let mut set = |k: &str, v: Option<Value>| {
+        if let Some(v) = v {
+            body.insert(k.to_string(), v);
+        }
+    };
+    set("max_tokens", p.max_tokens.map(|v| json!(v)));
+    set("temperature", p.temperature.map(|v| json!(v)));
+    set("top_p", p.top_p.map(|v| json!(v)));
+    set("seed", p.seed.map(|v| json!(v)));
+    set("presence_penalty", p.presence_penalty.map(|v| json!(v)));
+    set("frequency_penalty", p.frequency_penalty.map(|v| json!(v)));
+    set("response_format", p.response_format.clone());
+    set("stop", (!p.stop.is_empty()).then(|| json!(p.stop)));
+    Value::Object(body)
+}
+
+#[test]
+fn the_written_body_is_the_json_tree_of_every_kind_of_request() {
+    let mut tool = Message::text(Role::Tool, "{\"temp\": 21}\n\u{1}");
+    tool.tool_call_id = Some("call_\"1".into());
+    let mut asst = Message::text(Role::Assistant, "");
+    asst.tool_calls.push(ToolCall {
+        id: "c".into(),
+        name: "f".into(),
+        arguments: json!({"a": [1, "x\ty"]}),
+    });
+    let mut user = Message::text(Role::User, "ver \"esto\" \\ ñandú 𝄞\r\n");
+    user.images.push("R0lGODAAA".into());
+    let system = Message::text(Role::System, "Contexto:\n\"doc\"\t\u{7}".repeat(40));
+    let chat = UpstreamRequest {
+        model: "qwen\"2.5".into(),
+        input: Input::Chat(vec![system, user, asst, tool]),
+        params: GenParams {
+            max_tokens: Some(300),
+            temperature: Some(0.1),
+            top_p: Some(0.95),
+            seed: Some(-7),
+            presence_penalty: Some(0.5),
+            frequency_penalty: Some(-0.25),
+            response_format: Some(json!({"type": "json_object"})),
+            stop: vec!["\n\n".into(), "```".into()],
+            ..Default::default()
+        },
+        tools: vec![json!({"type": "function", "function": {"name": "f", "parameters": {}}})],
+        tool_choice: Some(json!({"type": "function", "function": {"name": "f"}})),
+        whole: false,
+    };
+    let mut whole = chat.clone();
+    whole.whole = true;
+    whole.tools.clear();
+    whole.params = GenParams::default();
+    let prompt = |system: Option<&str>, suffix: Option<&str>| UpstreamRequest {
+        model: "m".into(),
+        input: Input::Prompt {
+            prompt: "def f(x):\n    \"\"\"doc\"\"\"\n".into(),
+            suffix: suffix.map(String::from),
+            system: system.map(String::from),
+            raw: false,
+            images: Vec::new(),
+        },
+        params: GenParams::default(),
+        tools: Vec::new(),
+        tool_choice: None,
+        whole: true,
+    };
+    for req in [
+        chat,
+        whole,
+        prompt(None, None),
+        prompt(Some("sys"), Some("\n    return x\n")),
+        prompt(Some(""), None),
+    ] {
+        let (_, written) = request_body(&req);
+        let parsed: Value = serde_json::from_slice(&written).unwrap();
+        assert_eq!(parsed, reference_body(&req), "{req:?}");
+    }
 }
