@@ -340,13 +340,15 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// An empty batch of `scope`'s spans, for a resource of `resource_len` encoded bytes.
-    pub fn new(scope: &InstrumentationScope, resource_len: usize) -> Self {
+    /// An empty batch of `scope`'s spans, for a resource of `resource_len` encoded bytes,
+    /// with room for `expected` bytes of spans (the last batch's: the buffer seldom grows,
+    /// and growing copies it).
+    pub fn new(scope: &InstrumentationScope, resource_len: usize, expected: usize) -> Self {
         let mut scope_field = Vec::new();
         nested(&mut scope_field, 1, |buf| self::scope(buf, scope));
         // Three keys and lengths (at most 1 + 5 bytes each), the resource, the scope.
         let room = 3 * 6 + 6 + resource_len + scope_field.len();
-        let mut buf = Vec::with_capacity(room + 4096);
+        let mut buf = Vec::with_capacity(room + expected.max(4096));
         buf.resize(room, 0);
         Self {
             scope: scope.clone(),
@@ -718,7 +720,7 @@ pub(super) mod tests {
             match batches.iter_mut().find(|b| b.takes(s)) {
                 Some(batch) => batch.push(s),
                 None => {
-                    let mut batch = Batch::new(&s.instrumentation_scope, encoded.len());
+                    let mut batch = Batch::new(&s.instrumentation_scope, encoded.len(), 0);
                     batch.push(s);
                     batches.push(batch);
                 }
@@ -764,7 +766,7 @@ pub(super) mod tests {
     fn a_resource_set_after_the_first_span_still_heads_the_request() {
         let (resource, spans) = batch();
         let gateway = spans[0].instrumentation_scope.clone();
-        let mut batch = Batch::new(&gateway, 0);
+        let mut batch = Batch::new(&gateway, 0, 0);
         batch.push(&spans[0]);
         let encoded = self::resource(&resource);
         let ours = batch.finish(&encoded, resource.schema_url().unwrap_or_default());

@@ -59,6 +59,9 @@ struct State {
     flush_asked: u64,
     flush_done: u64,
     stop: bool,
+    /// Bytes the last batch taken by the worker held (the next one's likely size, at
+    /// most 16 MiB).
+    last_batch: usize,
 }
 
 impl Shared {
@@ -133,6 +136,7 @@ fn export(
             for batch in &batches {
                 state.spans -= batch.spans();
                 state.bytes -= batch.size();
+                state.last_batch = batch.size().min(16 << 20);
             }
             (
                 batches,
@@ -176,7 +180,9 @@ impl SpanProcessor for Queue {
         let at = match state.open.iter().rposition(|b| b.takes(&span)) {
             Some(at) => at,
             None => {
-                let batch = Batch::new(&span.instrumentation_scope, resource_len);
+                // Sized for what the last batch held, and an eighth more.
+                let expected = state.last_batch + state.last_batch / 8;
+                let batch = Batch::new(&span.instrumentation_scope, resource_len, expected);
                 state.bytes += batch.size();
                 state.open.push(batch);
                 state.open.len() - 1
