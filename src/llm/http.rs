@@ -84,7 +84,7 @@ impl Upstream {
         self.error(
             UpstreamErrorKind::Protocol,
             format!(
-                "a line longer than {} bytes (llm.max_chunk_bytes)",
+                "an event or line longer than {} bytes (llm.max_chunk_bytes)",
                 self.max_line_bytes
             ),
         )

@@ -116,7 +116,8 @@ fn field(out: &mut Vec<u8>, key: &str, value: &impl serde::Serialize) {
     json::push_string(out, key);
     out.push(b':');
     // Numbers, strings and JSON trees: writing them into memory cannot fail.
-    let _ = serde_json::to_writer(&mut *out, value);
+    let written = serde_json::to_writer(&mut *out, value);
+    debug_assert!(written.is_ok());
 }
 
 fn message(out: &mut Vec<u8>, m: &Message) {

@@ -10,7 +10,8 @@
 //! `eventsource-stream` crate copied the rest of its buffer after every line, quadratic in
 //! the events one piece holds, and parsed each line with `nom`: an eighth of a passthrough
 //! answer's instructions.) One event is bounded: more than `max_event_bytes` of its lines
-//! (line ends not counted) is an error, after the events complete before it.
+//! (comments and other fields included, line ends not) is an error, after the events
+//! complete before it.
 
 use std::borrow::Cow;
 use std::ops::ControlFlow;

@@ -381,6 +381,11 @@ impl Batch {
         self.buf.len()
     }
 
+    /// How many bytes the batch's buffer has room for.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// The request, from `resource` (as [`resource`] encoded it, `resource_len` bytes at
     /// [`Batch::new`]) with its schema URL.
     pub fn finish(self, resource: &[u8], schema_url: &str) -> bytes::Bytes {

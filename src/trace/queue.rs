@@ -5,10 +5,15 @@
 //! batch, and that batch into a new vector for its exporter; the gateway's exporter then
 //! only reads it to encode it. Encoding the span where it ends skips those moves (about
 //! 9,000 instructions a `brunix` answer in `benches/trace_cost.rs`'s per-function counts)
-//! and keeps the queue as bytes. The queue is bounded, in spans and in bytes: beyond either, spans are dropped;
-//! a request never waits for an export.
+//! and keeps the queue as bytes. The queue is bounded, in spans and in bytes (what its
+//! buffers hold room for), counting the batches on their way to the collector until they
+//! are sent: beyond either bound, spans are dropped, and a request never waits for an
+//! export. (Requests do take turns encoding their spans under the queue's lock: a few
+//! microseconds a span.) A stop sends what is queued until its deadline, then drops the
+//! rest.
 
 use std::collections::VecDeque;
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,6 +27,8 @@ use super::otlp::{self, Batch, Sender};
 
 /// Most spans one request carries (the SDK's default batch).
 const BATCH_SPANS: usize = 512;
+/// How often a delivery in flight looks whether a stop's deadline passed.
+const STOP_CHECK: Duration = Duration::from_millis(50);
 /// Most bytes of spans the queue holds (content captured can make spans large).
 const MAX_BYTES: usize = 64 << 20;
 
@@ -58,10 +65,11 @@ struct State {
     /// Flushes asked, and done (every batch queued before the ask sent).
     flush_asked: u64,
     flush_done: u64,
-    stop: bool,
-    /// Bytes the last batch taken by the worker held (the next one's likely size, at
-    /// most 16 MiB).
-    last_batch: usize,
+    /// Stopping: what is still queued is sent until this deadline.
+    stop: Option<Instant>,
+    /// Bytes the last full batch held: a new batch's room, so that its buffer seldom
+    /// grows (growing copies it).
+    full_batch: usize,
 }
 
 impl Shared {
@@ -101,7 +109,7 @@ impl Queue {
 }
 
 /// The worker: sends full batches as they come, and every batch every `delay`, on a flush
-/// and when the queue stops.
+/// and when the queue stops (until the stop's deadline: what is left then is dropped).
 fn export(
     shared: &Shared,
     sender: &Arc<Sender>,
@@ -114,7 +122,7 @@ fn export(
             let mut state = shared.lock();
             loop {
                 let now = Instant::now();
-                if state.stop
+                if state.stop.is_some()
                     || !state.full.is_empty()
                     || state.flush_asked > state.flush_done
                     || now >= due
@@ -127,16 +135,13 @@ fn export(
                     .unwrap_or_else(PoisonError::into_inner)
                     .0;
             }
-            let all = state.stop || state.flush_asked > state.flush_done || Instant::now() >= due;
+            let all = state.stop.is_some()
+                || state.flush_asked > state.flush_done
+                || Instant::now() >= due;
             let mut batches: Vec<Batch> = state.full.drain(..).collect();
             if all {
                 batches.append(&mut state.open);
                 due = Instant::now() + delay;
-            }
-            for batch in &batches {
-                state.spans -= batch.spans();
-                state.bytes -= batch.size();
-                state.last_batch = batch.size().min(16 << 20);
             }
             (
                 batches,
@@ -146,19 +151,57 @@ fn export(
             )
         };
         for batch in batches {
-            let body = batch.finish(&resource.0, &resource.1);
-            let sender = sender.clone();
-            // Sent on the runtime (a runtime shutting down cancels it: the task's error).
-            // A failure is said where it happens (`Sender::deliver`); its spans are lost.
-            let _ = runtime.block_on(runtime.spawn(async move { sender.deliver(body).await }));
+            let (spans, bytes) = (batch.spans(), batch.capacity());
+            if shared.lock().stop.is_some_and(|d| Instant::now() >= d) {
+                super::export_failed("shutdown", None);
+            } else {
+                let body = batch.finish(&resource.0, &resource.1);
+                let sender = sender.clone();
+                // Sent on the runtime, waited for here (no timer of the runtime's: it may
+                // be stopping). A failure is said where it happens (`Sender::deliver`);
+                // its spans are lost. A stop asked meanwhile gives it until its deadline.
+                let (done, sent) = std::sync::mpsc::sync_channel::<()>(1);
+                let task = runtime.spawn(async move {
+                    let _ = sender.deliver(body).await;
+                    let _ = done.send(());
+                });
+                loop {
+                    match sent.recv_timeout(STOP_CHECK) {
+                        // Sent, failed, or the runtime gone (the task dropped).
+                        Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+                        Err(RecvTimeoutError::Timeout) => {}
+                    }
+                    if shared.lock().stop.is_some_and(|d| Instant::now() >= d) {
+                        task.abort();
+                        super::export_failed("shutdown", None);
+                        break;
+                    }
+                }
+            }
+            // Counted in the bound until sent: what waits and what is on its way.
+            let mut state = shared.lock();
+            state.spans -= spans;
+            state.bytes -= bytes;
         }
         let mut state = shared.lock();
         if flush > state.flush_done {
             state.flush_done = flush;
             shared.flushed.notify_all();
         }
-        if stop {
+        if stop.is_some() {
             return;
+        }
+    }
+}
+
+impl Drop for Queue {
+    /// Dropped without a shutdown (a test's provider): the worker sends what is queued,
+    /// within one export's timeout, and ends; nothing waits for it.
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        if state.stop.is_none() {
+            state.stop = Some(Instant::now() + self.shared.flush_wait);
+            self.shared.work.notify_one();
         }
     }
 }
@@ -168,7 +211,7 @@ impl SpanProcessor for Queue {
 
     fn on_end(&self, span: SpanData) {
         let mut state = self.shared.lock();
-        if state.stop {
+        if state.stop.is_some() {
             return;
         }
         if state.spans >= self.shared.max_spans || state.bytes >= MAX_BYTES {
@@ -180,21 +223,22 @@ impl SpanProcessor for Queue {
         let at = match state.open.iter().rposition(|b| b.takes(&span)) {
             Some(at) => at,
             None => {
-                // Sized for what the last batch held, and an eighth more.
-                let expected = state.last_batch + state.last_batch / 8;
-                let batch = Batch::new(&span.instrumentation_scope, resource_len, expected);
-                state.bytes += batch.size();
+                let room = state.full_batch.min(MAX_BYTES / 8);
+                let batch = Batch::new(&span.instrumentation_scope, resource_len, room);
+                state.bytes += batch.capacity();
                 state.open.push(batch);
                 state.open.len() - 1
             }
         };
-        let before = state.open[at].size();
+        // The bound counts what the buffers hold room for, not only what they hold.
+        let before = state.open[at].capacity();
         state.open[at].push(&span);
-        let grown = state.open[at].size() - before;
+        let grown = state.open[at].capacity() - before;
         state.spans += 1;
         state.bytes += grown;
         if state.open[at].spans() >= BATCH_SPANS {
             let full = state.open.swap_remove(at);
+            state.full_batch = full.size();
             state.full.push_back(full);
             self.shared.work.notify_one();
         }
@@ -202,7 +246,7 @@ impl SpanProcessor for Queue {
 
     fn force_flush(&self) -> OTelSdkResult {
         let mut state = self.shared.lock();
-        if state.stop {
+        if state.stop.is_some() {
             return Err(OTelSdkError::AlreadyShutdown);
         }
         state.flush_asked += 1;
@@ -211,7 +255,7 @@ impl SpanProcessor for Queue {
         // Every batch waiting may take the export's whole timeout: not waited for longer
         // than a few of them.
         let until = Instant::now() + self.shared.flush_wait;
-        while state.flush_done < asked && !state.stop {
+        while state.flush_done < asked && state.stop.is_none() {
             let now = Instant::now();
             if now >= until {
                 return Err(OTelSdkError::Timeout(self.shared.flush_wait));
@@ -226,16 +270,16 @@ impl SpanProcessor for Queue {
         Ok(())
     }
 
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
         {
             let mut state = self.shared.lock();
-            if state.stop {
+            if state.stop.is_some() {
                 return Err(OTelSdkError::AlreadyShutdown);
             }
-            state.stop = true;
+            state.stop = Some(Instant::now() + timeout);
             self.shared.work.notify_one();
         }
-        // The worker's last export is bounded by the export's timeout.
+        // The worker sends what is queued until the deadline, then ends.
         let worker = self
             .worker
             .lock()
@@ -368,7 +412,61 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread")]
     async fn a_collector_that_never_answers_costs_dropped_spans_not_waiting() {
-        // A collector that takes the connection and never answers.
+        let (url, held) = silent_collector().await;
+        // Exports that would wait 30 s each: the batch on its way counts in the bound.
+        let queue = Queue::start(
+            Sender::new(
+                reqwest::Client::new(),
+                url,
+                reqwest::header::HeaderMap::new(),
+                Duration::from_secs(30),
+            ),
+            tokio::runtime::Handle::current(),
+            64,
+            Duration::from_millis(10),
+        )
+        .unwrap();
+        let gateway = opentelemetry::InstrumentationScope::builder("assist-gateway").build();
+        let span = span_data("span", &gateway);
+        let mut kept = 0;
+        for i in 0..10_000 {
+            let before = queue.shared.lock().spans;
+            queue.on_end(span.clone());
+            let held = queue.shared.lock().spans;
+            assert!(held <= 64, "{held} spans held");
+            kept += usize::from(held > before);
+            if i == 100 {
+                // Long enough for the worker to take the first batch on its way.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        assert_eq!(
+            kept, 64,
+            "spans kept while the first 64 are still on their way"
+        );
+        // The stop's deadline bounds it, however long the exports would wait.
+        let queue = Arc::new(queue);
+        let stopping = queue.clone();
+        let started = Instant::now();
+        let stopped = tokio::task::spawn_blocking(move || {
+            stopping.shutdown_with_timeout(Duration::from_millis(300))
+        })
+        .await;
+        assert!(stopped.unwrap().is_ok());
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        // Stopped: nothing is held, and what ends now is not kept.
+        queue.on_end(span);
+        assert_eq!(queue.shared.lock().spans, 0);
+        assert_eq!(queue.shared.lock().bytes, 0);
+        held.abort();
+    }
+
+    /// A collector that takes connections and never answers.
+    async fn silent_collector() -> (reqwest::Url, tokio::task::JoinHandle<()>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = reqwest::Url::parse(&format!(
             "http://{}/v1/traces",
@@ -381,33 +479,38 @@ mod tests {
                 open.push(socket);
             }
         });
-        let sender = Sender::new(
-            reqwest::Client::new(),
-            url,
-            reqwest::header::HeaderMap::new(),
-            Duration::from_secs(1),
-        );
+        (url, held)
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_stop_keeps_its_deadline_with_many_batches_waiting() {
+        let (url, held) = silent_collector().await;
         let queue = Queue::start(
-            sender,
+            Sender::new(
+                reqwest::Client::new(),
+                url,
+                reqwest::header::HeaderMap::new(),
+                Duration::from_secs(2),
+            ),
             tokio::runtime::Handle::current(),
-            64,
-            Duration::from_millis(10),
+            8 * BATCH_SPANS,
+            Duration::from_secs(3600),
         )
         .unwrap();
         let gateway = opentelemetry::InstrumentationScope::builder("assist-gateway").build();
         let span = span_data("span", &gateway);
-        for _ in 0..10_000 {
+        for _ in 0..6 * BATCH_SPANS {
             queue.on_end(span.clone());
-            let state = queue.shared.lock();
-            assert!(state.spans <= 64, "{} spans held", state.spans);
         }
-        let queue = Arc::new(queue);
-        let stopping = queue.clone();
-        let stopped = tokio::task::spawn_blocking(move || stopping.shutdown()).await;
+        // Six full batches of 2 s each: 12 s without the deadline.
+        let started = Instant::now();
+        let stopped = tokio::task::spawn_blocking(move || {
+            queue.shutdown_with_timeout(Duration::from_millis(500))
+        })
+        .await;
         assert!(stopped.unwrap().is_ok());
-        // Stopped: what ends now is not kept.
-        queue.on_end(span);
-        assert_eq!(queue.shared.lock().spans, 0);
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(4), "the stop took {took:?}");
         held.abort();
     }
 }

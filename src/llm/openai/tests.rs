@@ -366,7 +366,8 @@ fn request_body_follows_the_openai_shape() {
 }
 
 /// The request body as a JSON tree, as the gateway built it before writing its bytes
-/// directly: the reference the written bytes must parse to.
+/// directly (the removed code, kept here on purpose): the reference the written bytes
+/// must parse to.
 fn reference_body(req: &UpstreamRequest) -> Value {
     fn message(m: &Message) -> Value {
         let mut out = serde_json::Map::new();
