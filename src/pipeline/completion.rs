@@ -230,6 +230,7 @@ impl Pipeline {
         }
         telemetry::completion_cache(false);
         let estimate = estimate_tokens(&request.input);
+        let most = request.params.max_tokens;
         let span = self.chat_span("text_completion", &request);
         let chunks = span
             .within(clock.time(self.chat.stream(request)))
@@ -240,6 +241,7 @@ impl Pipeline {
             events,
             fill::Ender::new(template, &prefix, &suffix),
             estimate,
+            most,
         );
         Ok(self.recent_fills.keep(key, events))
     }
@@ -265,6 +267,7 @@ pub(super) fn ended(
     mut events: EventStream,
     ender: fill::Ender,
     prompt_estimate: u64,
+    max_tokens: Option<u32>,
 ) -> EventStream {
     Box::pin(async_stream::stream! {
         let mut text = String::new();
@@ -279,8 +282,11 @@ pub(super) fn ended(
                         }
                         let usage = Usage {
                             prompt_tokens: prompt_estimate,
-                            completion_tokens: crate::context::budget::estimate_tokens(&text)
-                                as u64,
+                            // An estimate from characters: never more than the upstream
+                            // was allowed to write.
+                            completion_tokens: (crate::context::budget::estimate_tokens(&text)
+                                as u64)
+                                .min(max_tokens.map_or(u64::MAX, u64::from)),
                         };
                         yield Event::Done { finish: FinishReason::Stop, usage };
                         return;
@@ -325,7 +331,7 @@ mod tests {
         ])
         .boxed();
         let ender = fill::Ender::new(fill::Template::Qwen, "def add(a, b):\n    return ", "\n");
-        let events: Vec<Event> = ended(upstream, ender, 40).collect().await;
+        let events: Vec<Event> = ended(upstream, ender, 40, None).collect().await;
         let text: String = events
             .iter()
             .filter_map(|e| match e {
@@ -339,5 +345,23 @@ mod tests {
         };
         assert_eq!(usage.prompt_tokens, 40);
         assert!(usage.completion_tokens >= 3, "{usage:?}");
+    }
+
+    #[tokio::test]
+    async fn a_cut_middle_never_counts_more_tokens_than_were_allowed() {
+        // Found with the OpenAI SDK and the quick start's model: `max_tokens=24`, and the
+        // estimate from the text's characters said 36.
+        let long = "x".repeat(400);
+        let upstream: EventStream = futures::stream::iter([
+            Event::Delta(format!("a + b{long}\n")),
+            Event::Delta("\nprint(add(5, -1))\n".into()),
+        ])
+        .boxed();
+        let ender = fill::Ender::new(fill::Template::Qwen, "def add(a, b):\n    return ", "\n");
+        let events: Vec<Event> = ended(upstream, ender, 40, Some(24)).collect().await;
+        let Some(Event::Done { usage, .. }) = events.last() else {
+            panic!("{events:?}")
+        };
+        assert_eq!(usage.completion_tokens, 24, "{usage:?}");
     }
 }
