@@ -230,6 +230,13 @@ impl Upstream {
         UpstreamError::new(kind, &self.shown, detail)
     }
 
+    /// A body that broke off while being read (`Closed`).
+    pub(crate) fn closed(&self, e: &reqwest::Error) -> UpstreamError {
+        let mut err = self.transport_error(e);
+        err.kind = UpstreamErrorKind::Closed;
+        err
+    }
+
     /// Maps a reqwest failure, keeping the root cause (e.g. "Connection refused").
     pub(crate) fn transport_error(&self, e: &reqwest::Error) -> UpstreamError {
         let mut cause = e.to_string();
@@ -276,11 +283,7 @@ pub(crate) async fn whole_body(
     let mut body = response.bytes_stream();
     let mut whole = bytes::BytesMut::new();
     while let Some(piece) = body.next().await {
-        let piece = piece.map_err(|e| {
-            let mut err = up.transport_error(&e);
-            err.kind = UpstreamErrorKind::Closed;
-            err
-        })?;
+        let piece = piece.map_err(|e| up.closed(&e))?;
         if whole.len() + piece.len() > up.max_line_bytes {
             return Err(up.too_long());
         }

@@ -282,9 +282,7 @@ fn ndjson_chunks(
             match body.next().await {
                 Some(Ok(bytes)) => buf.extend_from_slice(&bytes),
                 Some(Err(e)) => {
-                    let mut err = up.transport_error(&e);
-                    err.kind = UpstreamErrorKind::Closed;
-                    yield Err(err);
+                    yield Err(up.closed(&e));
                     return;
                 }
                 None => break,

@@ -248,9 +248,7 @@ fn sse_chunks(
             let piece = match piece {
                 Ok(piece) => piece,
                 Err(e) => {
-                    let mut err = up.transport_error(&e);
-                    err.kind = UpstreamErrorKind::Closed;
-                    yield Err(err);
+                    yield Err(up.closed(&e));
                     return;
                 }
             };

@@ -311,15 +311,20 @@ mod tests {
     use crate::trace::otlp::tests::{collector, span_data};
 
     /// A provider whose spans go through a queue of `max_spans` to `url`.
-    fn provider(url: reqwest::Url, max_spans: usize, delay: Duration) -> SdkTracerProvider {
+    /// A queue of `max_spans` sending to `url` every `delay`, each export tried for at
+    /// most `timeout`.
+    fn queue(url: reqwest::Url, timeout: Duration, max_spans: usize, delay: Duration) -> Queue {
         let sender = Sender::new(
             reqwest::Client::new(),
             url,
             reqwest::header::HeaderMap::new(),
-            Duration::from_secs(5),
+            timeout,
         );
-        let queue =
-            Queue::start(sender, tokio::runtime::Handle::current(), max_spans, delay).unwrap();
+        Queue::start(sender, tokio::runtime::Handle::current(), max_spans, delay).unwrap()
+    }
+
+    fn provider(url: reqwest::Url, max_spans: usize, delay: Duration) -> SdkTracerProvider {
+        let queue = queue(url, Duration::from_secs(5), max_spans, delay);
         SdkTracerProvider::builder()
             .with_resource(Resource::builder().with_service_name("queue-test").build())
             .with_span_processor(queue)
@@ -414,18 +419,7 @@ mod tests {
     async fn a_collector_that_never_answers_costs_dropped_spans_not_waiting() {
         let (url, held) = silent_collector().await;
         // Exports that would wait 30 s each: the batch on its way counts in the bound.
-        let queue = Queue::start(
-            Sender::new(
-                reqwest::Client::new(),
-                url,
-                reqwest::header::HeaderMap::new(),
-                Duration::from_secs(30),
-            ),
-            tokio::runtime::Handle::current(),
-            64,
-            Duration::from_millis(10),
-        )
-        .unwrap();
+        let queue = queue(url, Duration::from_secs(30), 64, Duration::from_millis(10));
         let gateway = opentelemetry::InstrumentationScope::builder("assist-gateway").build();
         let span = span_data("span", &gateway);
         let mut kept = 0;
@@ -485,18 +479,12 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn a_stop_keeps_its_deadline_with_many_batches_waiting() {
         let (url, held) = silent_collector().await;
-        let queue = Queue::start(
-            Sender::new(
-                reqwest::Client::new(),
-                url,
-                reqwest::header::HeaderMap::new(),
-                Duration::from_secs(2),
-            ),
-            tokio::runtime::Handle::current(),
+        let queue = queue(
+            url,
+            Duration::from_secs(2),
             8 * BATCH_SPANS,
             Duration::from_secs(3600),
-        )
-        .unwrap();
+        );
         let gateway = opentelemetry::InstrumentationScope::builder("assist-gateway").build();
         let span = span_data("span", &gateway);
         for _ in 0..6 * BATCH_SPANS {
