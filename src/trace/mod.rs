@@ -4,12 +4,12 @@
 //! dropped). Over HTTP the queue is the gateway's ([`queue`]: spans encoded as they end);
 //! over gRPC, the SDK's batch processor.
 //!
-//! Spans are the OpenTelemetry SDK's own ([`Span`]), started and ended by the stages
-//! themselves: without an endpoint every constructor returns an empty span at the cost of
-//! one atomic load. (The gateway's log lines are `tracing`'s; traces do not go through it:
-//! bridging spans through a `tracing` layer cost three times as much CPU per answer.)
-//! Attributes follow the OpenTelemetry GenAI semantic
-//! conventions (`gen_ai.*`, `server.*`), plus the gateway's own (`assist.*`). Content
+//! Spans are OpenTelemetry spans made by [`record`] (the SDK's sampler, ids and span data,
+//! without its tracer), started and ended by the stages themselves ([`Span`]): without an
+//! endpoint every constructor returns an empty span at the cost of one atomic load. (The
+//! gateway's log lines are `tracing`'s; traces do not go through it: bridging spans
+//! through a `tracing` layer cost three times as much CPU per answer.) Attributes follow
+//! the OpenTelemetry GenAI semantic conventions (`gen_ai.*`, `server.*`), plus the gateway's own (`assist.*`). Content
 //! (messages, prompt, answer, chunk texts) is recorded only with
 //! `telemetry.capture_content`, and only after `[privacy]` cleaned it (the callers do).
 //!
@@ -25,26 +25,23 @@ use std::sync::{LazyLock, OnceLock};
 
 use opentelemetry::context::{FutureExt as _, WithContext};
 use opentelemetry::propagation::TextMapPropagator as _;
-use opentelemetry::trace::{
-    SpanKind, Status, TraceContextExt as _, Tracer as _, TracerProvider as _,
-};
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider,
-};
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SpanProcessor};
 use opentelemetry_sdk::Resource;
 
 use crate::config::{OtlpProtocol, TelemetrySettings};
 
 mod otlp;
 mod queue;
+mod record;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static CAPTURE: AtomicBool = AtomicBool::new(false);
-/// The tracer of the exporter [`Tracing::start`] set up (once per process).
-static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+/// The spans' maker, with the exporter [`Tracing::start`] set up (once per process).
+static RECORDER: OnceLock<record::Recorder> = OnceLock::new();
 /// W3C trace context (`traceparent`, `tracestate`), read from clients (the gateway's own:
 /// no global propagator and its lock to ask; `llm::http` writes it on upstream requests).
 static W3C: LazyLock<TraceContextPropagator> = LazyLock::new(TraceContextPropagator::new);
@@ -61,7 +58,7 @@ pub fn capture_content() -> bool {
 
 /// The exporter and its queue, flushed by [`Tracing::shutdown`].
 pub struct Tracing {
-    provider: SdkTracerProvider,
+    recorder: &'static record::Recorder,
     export_timeout: Duration,
 }
 
@@ -82,8 +79,7 @@ impl Tracing {
             .with_service_name(settings.service_name.clone())
             .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
             .build();
-        let provider = SdkTracerProvider::builder().with_resource(resource);
-        let provider = match settings.otlp_protocol {
+        let processor: Box<dyn SpanProcessor> = match settings.otlp_protocol {
             OtlpProtocol::Http => {
                 let client = reqwest::Client::builder()
                     .connect_timeout(Duration::from_secs(5))
@@ -108,7 +104,7 @@ impl Tracing {
                     settings.max_queue_spans,
                     settings.export_delay,
                 )?;
-                provider.with_span_processor(queue)
+                Box::new(queue)
             }
             OtlpProtocol::Grpc => {
                 use opentelemetry_otlp::WithTonicConfig;
@@ -131,31 +127,36 @@ impl Tracing {
                     .build();
                 // OTLP/HTTP's failures are said where its requests are sent
                 // (`otlp::Sender`), with their kind; gRPC's here, from the export's result.
-                provider.with_span_processor(
+                Box::new(
                     BatchSpanProcessor::builder(Watched { inner: exporter })
                         .with_batch_config(batch)
                         .build(),
                 )
             }
-        }
-        .build();
-        if TRACER.set(provider.tracer("assist-gateway")).is_err() {
+        };
+        if RECORDER
+            .set(record::Recorder::new(processor, &resource))
+            .is_err()
+        {
             anyhow::bail!("traces: the exporter is already set up");
         }
+        let Some(recorder) = RECORDER.get() else {
+            anyhow::bail!("traces: the exporter is not set up");
+        };
         ENABLED.store(true, Ordering::Relaxed);
         CAPTURE.store(settings.capture_content, Ordering::Relaxed);
         Ok(Some(Self {
-            provider,
+            recorder,
             export_timeout: settings.export_timeout,
         }))
     }
 
     /// Exports what is queued and stops (off the runtime's workers: it blocks).
     pub async fn shutdown(self) {
-        let provider = self.provider;
+        let recorder = self.recorder;
         // Long enough for the last export to be tried for its whole timeout.
         let wait = self.export_timeout + Duration::from_secs(1);
-        match tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(wait)).await {
+        match tokio::task::spawn_blocking(move || recorder.stop(wait)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "traces: the last export failed"),
             Err(e) => tracing::warn!(error = %e, "traces: could not stop the exporter"),
@@ -287,20 +288,15 @@ impl Span {
         kind: SpanKind,
         attributes: impl FnOnce() -> Vec<KeyValue>,
     ) -> Self {
-        let Some(tracer) = TRACER.get() else {
+        let Some(recorder) = RECORDER.get() else {
             return Self::none();
         };
         // Room for the attributes a stage sets when it knows them (most set 3 to 8): one
         // allocation, not one each time the list doubles.
         let mut attributes = attributes();
         attributes.reserve(8);
-        let span = tracer
-            .span_builder(name)
-            .with_kind(kind)
-            .with_attributes(attributes)
-            .start_with_context(tracer, parent);
         Self {
-            cx: Some(parent.with_span(span)),
+            cx: Some(recorder.start(parent, name.into(), kind, attributes)),
             owned: true,
         }
     }

@@ -1,0 +1,428 @@
+//! The spans themselves: started, filled in and ended here, each ended one handed to the
+//! span processor (the gateway's queue over OTLP/HTTP, the SDK's batch processor over
+//! gRPC) as the SDK's `SpanData`.
+//!
+//! The SDK's tracer did the same through a span builder, a copy of the tracer in every
+//! span, limits looked up per call and a second conversion of the span at its end: about
+//! a fifth of what tracing cost an answer (`benches/trace_cost.rs`). What it decided is
+//! kept as it was: the sampler, the id generator and the limits are the SDK's own
+//! defaults (`Config::default()`, which reads `OTEL_TRACES_SAMPLER`, `OTEL_SPAN_*_LIMIT`
+//! and the rest), and a span's context (trace id, flags, trace state) is made as the
+//! SDK's tracer made it. Processors are not told when a span starts (neither the queue
+//! nor the batch processor looks).
+
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::SystemTime;
+
+use opentelemetry::trace::{
+    Event, Link, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags,
+};
+use opentelemetry::{Context, InstrumentationScope, KeyValue};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{
+    Config, SamplingDecision, SpanData, SpanEvents, SpanLinks, SpanProcessor,
+};
+use opentelemetry_sdk::Resource;
+
+/// Makes spans and hands the ended ones to its processor.
+#[derive(Debug)]
+pub(super) struct Recorder {
+    processor: Box<dyn SpanProcessor>,
+    /// The sampler, the ids and the limits, as the SDK's tracer would have them.
+    config: Config,
+    scope: InstrumentationScope,
+    stopped: AtomicBool,
+}
+
+impl Recorder {
+    /// A recorder whose spans go to `processor`, sent with `resource`.
+    pub(super) fn new(mut processor: Box<dyn SpanProcessor>, resource: &Resource) -> Self {
+        processor.set_resource(resource);
+        Self {
+            processor,
+            config: Config::default(),
+            scope: InstrumentationScope::builder("assist-gateway").build(),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    /// A span named `name` under `parent` (its trace, or a new one), as `parent`'s context
+    /// with the span in it. Not recorded when the sampler drops it (a client's
+    /// `traceparent` that says so), after [`Recorder::stop`], or where the context
+    /// suppresses telemetry.
+    pub(super) fn start(
+        &'static self,
+        parent: &Context,
+        name: Cow<'static, str>,
+        kind: SpanKind,
+        mut attributes: Vec<KeyValue>,
+    ) -> Context {
+        if parent.is_telemetry_suppressed() || self.stopped.load(Ordering::Relaxed) {
+            return parent.with_span(Recording {
+                context: SpanContext::empty_context(),
+                data: None,
+                recorder: self,
+            });
+        }
+        let parent_span = parent.span();
+        let psc = parent_span.span_context();
+        let ids = &self.config.id_generator;
+        let span_id = ids.new_span_id();
+        let trace_id = if psc.is_valid() {
+            psc.trace_id()
+        } else {
+            ids.new_trace_id()
+        };
+        let sampling = self.config.sampler.should_sample(
+            Some(parent),
+            trace_id,
+            &name,
+            &kind,
+            &attributes,
+            &[],
+        );
+        let recorded = sampling.decision != SamplingDecision::Drop;
+        let flags = if recorded {
+            psc.trace_flags()
+                .with_sampled(sampling.decision == SamplingDecision::RecordAndSample)
+        } else {
+            TraceFlags::default()
+        };
+        let context = SpanContext::new(trace_id, span_id, flags, false, sampling.trace_state);
+        let data = recorded.then(|| {
+            attributes.extend(sampling.attributes);
+            let limit = self.config.span_limits.max_attributes_per_span as usize;
+            let dropped_attributes = attributes.len().saturating_sub(limit) as u32;
+            attributes.truncate(limit);
+            let start = opentelemetry::time::now();
+            Data {
+                parent_span_id: psc.span_id(),
+                parent_is_remote: psc.is_valid() && psc.is_remote(),
+                kind,
+                name,
+                start,
+                attributes,
+                dropped_attributes,
+                events: Vec::new(),
+                dropped_events: 0,
+                links: Vec::new(),
+                dropped_links: 0,
+                status: Status::Unset,
+            }
+        });
+        parent.with_span(Recording {
+            context,
+            data,
+            recorder: self,
+        })
+    }
+
+    /// Ends recording: spans ending later are not sent, and the processor sends what it
+    /// holds within `timeout` (blocks).
+    pub(super) fn stop(&self, timeout: std::time::Duration) -> OTelSdkResult {
+        self.stopped.store(true, Ordering::Relaxed);
+        self.processor.shutdown_with_timeout(timeout)
+    }
+}
+
+/// What a recorded span holds until it ends.
+#[derive(Debug)]
+struct Data {
+    parent_span_id: SpanId,
+    parent_is_remote: bool,
+    kind: SpanKind,
+    name: Cow<'static, str>,
+    start: SystemTime,
+    attributes: Vec<KeyValue>,
+    dropped_attributes: u32,
+    events: Vec<Event>,
+    dropped_events: u32,
+    links: Vec<Link>,
+    dropped_links: u32,
+    status: Status,
+}
+
+/// One span; sent to the processor when it ends (at `end`, or when dropped).
+#[derive(Debug)]
+pub(super) struct Recording {
+    context: SpanContext,
+    /// `None` when not recorded, or once ended.
+    data: Option<Data>,
+    recorder: &'static Recorder,
+}
+
+impl Recording {
+    fn export(&mut self, end: Option<SystemTime>) {
+        let Some(data) = self.data.take() else {
+            return;
+        };
+        if self.recorder.stopped.load(Ordering::Relaxed) {
+            return;
+        }
+        let end_time = end.unwrap_or_else(opentelemetry::time::now);
+        let mut events = SpanEvents::default();
+        events.events = data.events;
+        events.dropped_count = data.dropped_events;
+        let mut links = SpanLinks::default();
+        links.links = data.links;
+        links.dropped_count = data.dropped_links;
+        self.recorder.processor.on_end(SpanData {
+            span_context: self.context.clone(),
+            parent_span_id: data.parent_span_id,
+            parent_span_is_remote: data.parent_is_remote,
+            span_kind: data.kind,
+            name: data.name,
+            start_time: data.start,
+            end_time,
+            attributes: data.attributes,
+            dropped_attributes_count: data.dropped_attributes,
+            events,
+            links,
+            status: data.status,
+            instrumentation_scope: self.recorder.scope.clone(),
+        });
+    }
+}
+
+impl opentelemetry::trace::Span for Recording {
+    fn add_event_with_timestamp<T>(
+        &mut self,
+        name: T,
+        timestamp: SystemTime,
+        mut attributes: Vec<KeyValue>,
+    ) where
+        T: Into<Cow<'static, str>>,
+    {
+        let limits = self.recorder.config.span_limits;
+        let Some(data) = &mut self.data else {
+            return;
+        };
+        if data.events.len() >= limits.max_events_per_span as usize {
+            data.dropped_events += 1;
+            return;
+        }
+        let limit = limits.max_attributes_per_event as usize;
+        let dropped = attributes.len().saturating_sub(limit) as u32;
+        attributes.truncate(limit);
+        data.events
+            .push(Event::new(name, timestamp, attributes, dropped));
+    }
+
+    fn span_context(&self) -> &SpanContext {
+        &self.context
+    }
+
+    fn is_recording(&self) -> bool {
+        self.data.is_some()
+    }
+
+    fn set_attribute(&mut self, attribute: KeyValue) {
+        let limit = self.recorder.config.span_limits.max_attributes_per_span as usize;
+        if let Some(data) = &mut self.data {
+            if data.attributes.len() < limit {
+                data.attributes.push(attribute);
+            } else {
+                data.dropped_attributes += 1;
+            }
+        }
+    }
+
+    fn set_status(&mut self, status: Status) {
+        if let Some(data) = &mut self.data {
+            // Error over Unset, Ok over both (the API's order).
+            if status > data.status {
+                data.status = status;
+            }
+        }
+    }
+
+    fn update_name<T>(&mut self, new_name: T)
+    where
+        T: Into<Cow<'static, str>>,
+    {
+        if let Some(data) = &mut self.data {
+            data.name = new_name.into();
+        }
+    }
+
+    fn add_link(&mut self, span_context: SpanContext, mut attributes: Vec<KeyValue>) {
+        let limits = self.recorder.config.span_limits;
+        let Some(data) = &mut self.data else {
+            return;
+        };
+        if data.links.len() >= limits.max_links_per_span as usize {
+            data.dropped_links += 1;
+            return;
+        }
+        let limit = limits.max_attributes_per_link as usize;
+        let dropped = attributes.len().saturating_sub(limit) as u32;
+        attributes.truncate(limit);
+        data.links
+            .push(Link::new(span_context, attributes, dropped));
+    }
+
+    fn end_with_timestamp(&mut self, timestamp: SystemTime) {
+        self.export(Some(timestamp));
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        self.export(None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::{SpanId, TraceId, TraceState};
+    use std::sync::{Arc, Mutex};
+
+    /// A processor that keeps what it is given.
+    #[derive(Debug, Default, Clone)]
+    struct Kept(Arc<Mutex<Vec<SpanData>>>);
+
+    impl SpanProcessor for Kept {
+        fn on_start(&self, _: &mut opentelemetry_sdk::trace::Span, _: &Context) {}
+        fn on_end(&self, span: SpanData) {
+            self.0.lock().unwrap().push(span);
+        }
+        fn force_flush(&self) -> OTelSdkResult {
+            Ok(())
+        }
+        fn shutdown_with_timeout(&self, _: std::time::Duration) -> OTelSdkResult {
+            Ok(())
+        }
+    }
+
+    fn recorder() -> (&'static Recorder, Kept) {
+        let kept = Kept::default();
+        let resource = Resource::builder_empty().build();
+        let recorder = Box::leak(Box::new(Recorder::new(Box::new(kept.clone()), &resource)));
+        (recorder, kept)
+    }
+
+    fn remote(flags: TraceFlags) -> Context {
+        Context::new().with_remote_span_context(SpanContext::new(
+            TraceId::from(0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736),
+            SpanId::from(0x00f0_67aa_0ba9_02b7),
+            flags,
+            true,
+            TraceState::from_key_value([("vendor", "x")]).unwrap(),
+        ))
+    }
+
+    #[test]
+    fn spans_reach_the_processor_as_the_sdk_would_send_them() {
+        let (recorder, kept) = recorder();
+        let root = recorder.start(
+            &Context::new(),
+            "POST /v1/chat/completions".into(),
+            SpanKind::Server,
+            vec![KeyValue::new("assist.dialect", "openai")],
+        );
+        let child = recorder.start(&root, "chat m".into(), SpanKind::Client, Vec::new());
+        child
+            .span()
+            .set_attribute(KeyValue::new("gen_ai.usage.output_tokens", 20));
+        child.span().add_event("first token", Vec::new());
+        child.span().set_status(Status::error("timeout"));
+        child.span().set_status(Status::Unset);
+        assert!(
+            kept.0.lock().unwrap().is_empty(),
+            "nothing is sent before its end"
+        );
+        child.span().end();
+        child.span().end();
+        drop(child);
+        drop(root);
+        let spans = kept.0.lock().unwrap();
+        assert_eq!(spans.len(), 2, "each span once, when it ends");
+        let (child, root) = (&spans[0], &spans[1]);
+        assert_eq!(root.name, "POST /v1/chat/completions");
+        assert_eq!(root.span_kind, SpanKind::Server);
+        assert_eq!(root.parent_span_id, SpanId::INVALID);
+        assert!(root.span_context.is_sampled() && root.span_context.trace_id() != TraceId::INVALID);
+        assert_eq!(
+            root.attributes,
+            vec![KeyValue::new("assist.dialect", "openai")]
+        );
+        assert_eq!(child.span_context.trace_id(), root.span_context.trace_id());
+        assert_eq!(child.parent_span_id, root.span_context.span_id());
+        assert_ne!(child.span_context.span_id(), root.span_context.span_id());
+        assert!(!child.parent_span_is_remote);
+        assert_eq!(child.span_kind, SpanKind::Client);
+        assert_eq!(child.attributes.len(), 1);
+        assert_eq!(child.events.events[0].name, "first token");
+        assert_eq!(child.status, Status::error("timeout"));
+        assert!(child.start_time <= child.end_time && child.end_time <= root.end_time);
+        assert_eq!(child.instrumentation_scope.name(), "assist-gateway");
+    }
+
+    #[test]
+    fn a_client_trace_is_continued_and_its_unsampled_one_not_recorded() {
+        let (recorder, kept) = recorder();
+        let sampled = recorder.start(
+            &remote(TraceFlags::SAMPLED),
+            "root".into(),
+            SpanKind::Server,
+            Vec::new(),
+        );
+        let context = sampled.span().span_context().clone();
+        assert_eq!(
+            format!("{:032x}", context.trace_id()),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert!(context.is_sampled() && !context.is_remote());
+        assert_eq!(context.trace_state().header(), "vendor=x");
+        drop(sampled);
+        {
+            let spans = kept.0.lock().unwrap();
+            assert_eq!(spans[0].parent_span_id, SpanId::from(0x00f0_67aa_0ba9_02b7));
+            assert!(spans[0].parent_span_is_remote);
+        }
+
+        // Unsampled: the trace goes on (its ids for the upstream's `traceparent`), not
+        // recorded, nothing sent.
+        let unsampled = recorder.start(
+            &remote(TraceFlags::default()),
+            "root".into(),
+            SpanKind::Server,
+            Vec::new(),
+        );
+        let span = unsampled.span();
+        assert!(!span.is_recording() && !span.span_context().is_sampled());
+        assert_eq!(
+            span.span_context().trace_id(),
+            TraceId::from(0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736)
+        );
+        let child = recorder.start(&unsampled, "chat".into(), SpanKind::Client, Vec::new());
+        assert!(!child.span().is_recording());
+        drop(child);
+        drop(unsampled);
+        assert_eq!(kept.0.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn after_a_stop_nothing_is_sent() {
+        let (recorder, kept) = recorder();
+        let open = recorder.start(
+            &Context::new(),
+            "open".into(),
+            SpanKind::Internal,
+            Vec::new(),
+        );
+        recorder.stop(std::time::Duration::from_secs(1)).unwrap();
+        drop(open);
+        let late = recorder.start(
+            &Context::new(),
+            "late".into(),
+            SpanKind::Internal,
+            Vec::new(),
+        );
+        assert!(!late.span().is_recording());
+        drop(late);
+        assert!(kept.0.lock().unwrap().is_empty());
+    }
+}
