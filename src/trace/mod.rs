@@ -455,27 +455,34 @@ pub fn messages_json<'a>(messages: impl IntoIterator<Item = (&'a str, &'a str)>)
 }
 
 /// Retrieved chunks as `[{"id", "score"}]` (with `"content"` when given): the shape of
-/// `gen_ai.retrieval.documents`, also `assist.retrieval.hits` without content.
+/// `gen_ai.retrieval.documents`, also `assist.retrieval.hits` without content. Written
+/// straight into its text (what `serde_json` writes for the same list, scores rounded to
+/// six decimals), where serializing a list of structs cost an answer about 5,000
+/// instructions.
 pub fn documents_json<'a>(
     hits: impl IntoIterator<Item = (&'a str, f32, Option<&'a str>)>,
 ) -> String {
-    /// One document as the conventions write it (serialized as it is: no JSON tree).
-    #[derive(serde::Serialize)]
-    struct Document<'a> {
-        id: &'a str,
-        score: f64,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        content: Option<&'a str>,
+    let mut out = Vec::with_capacity(512);
+    out.push(b'[');
+    for (i, (id, score, content)) in hits.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"id\":");
+        crate::json::push_string(&mut out, id);
+        out.extend_from_slice(b",\"score\":");
+        let score = (f64::from(score) * 1e6).round() / 1e6;
+        if serde_json::to_writer(&mut out, &score).is_err() {
+            out.extend_from_slice(b"null");
+        }
+        if let Some(content) = content {
+            out.extend_from_slice(b",\"content\":");
+            crate::json::push_string(&mut out, content);
+        }
+        out.push(b'}');
     }
-    let list: Vec<Document<'_>> = hits
-        .into_iter()
-        .map(|(id, score, content)| Document {
-            id,
-            score: (f64::from(score) * 1e6).round() / 1e6,
-            content,
-        })
-        .collect();
-    serde_json::to_string(&list).unwrap_or_default()
+    out.push(b']');
+    String::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -488,6 +495,33 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&docs).unwrap();
         assert_eq!(v[0], serde_json::json!({"id": "a#1", "score": 0.5}));
         assert_eq!(v[1]["content"], "text");
+        // Byte for byte what serializing the same list writes.
+        let hits = [
+            ("docs/a.md#0", 0.123_456_78_f32, None),
+            ("b \"q\"\\\u{1}é😀", 1.0, Some("line\nnext\t\u{7f}")),
+            ("c", f32::NAN, None),
+            ("d", -2.5e-7, Some("")),
+        ];
+        // The list of structs it used to serialize.
+        #[derive(serde::Serialize)]
+        struct Document<'a> {
+            id: &'a str,
+            score: f64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            content: Option<&'a str>,
+        }
+        let reference: Vec<Document<'_>> = hits
+            .iter()
+            .map(|&(id, score, content)| Document {
+                id,
+                score: (f64::from(score) * 1e6).round() / 1e6,
+                content,
+            })
+            .collect();
+        assert_eq!(
+            documents_json(hits),
+            serde_json::to_string(&reference).unwrap()
+        );
         let m = messages_json([("user", "hi")]);
         let v: serde_json::Value = serde_json::from_str(&m).unwrap();
         assert_eq!(v[0]["parts"][0]["content"], "hi");
