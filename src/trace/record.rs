@@ -66,7 +66,10 @@ impl Recorder {
             });
         }
         let parent_span = parent.span();
-        let psc = parent_span.span_context();
+        // A parent whose context is not valid is no parent (the SDK's rule).
+        let psc = Some(parent_span.span_context())
+            .filter(|sc| sc.is_valid())
+            .unwrap_or(&SpanContext::NONE);
         let ids = &self.config.id_generator;
         let span_id = ids.new_span_id();
         let trace_id = if psc.is_valid() {
@@ -402,6 +405,23 @@ mod tests {
         drop(child);
         drop(unsampled);
         assert_eq!(kept.0.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_parent_that_is_not_valid_is_no_parent() {
+        let (recorder, kept) = recorder();
+        let invalid = Context::new().with_remote_span_context(SpanContext::new(
+            TraceId::INVALID,
+            SpanId::from(7),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        ));
+        drop(recorder.start(&invalid, "root".into(), SpanKind::Server, Vec::new()));
+        let spans = kept.0.lock().unwrap();
+        assert_eq!(spans[0].parent_span_id, SpanId::INVALID);
+        assert!(!spans[0].parent_span_is_remote);
+        assert_ne!(spans[0].span_context.trace_id(), TraceId::INVALID);
     }
 
     #[test]
