@@ -4,7 +4,7 @@
 //!
 //! The SDK's tracer did the same through a span builder, a copy of the tracer in every
 //! span, limits looked up per call and a second conversion of the span at its end: about
-//! a fifth of what tracing cost an answer (`benches/trace_cost.rs`). What it decided is
+//! 400 instructions a span more than this (`benches/trace_cost.rs`). What it decided is
 //! kept as it was: the sampler, the id generator and the limits are the SDK's own
 //! defaults (`Config::default()`, which reads `OTEL_TRACES_SAMPLER`, `OTEL_SPAN_*_LIMIT`
 //! and the rest), and a span's context (trace id, flags, trace state) is made as the
