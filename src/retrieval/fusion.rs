@@ -4,6 +4,16 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
+/// A map keyed by ids for the length of one search: hashed with foldhash, not SipHash
+/// (no caller chooses these keys to collide, and SipHash of every id was most of what
+/// fusing cost).
+pub(crate) type IdMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// An empty [`IdMap`] with room for `n` keys.
+pub(crate) fn id_map<K, V>(n: usize) -> IdMap<K, V> {
+    HashMap::with_capacity_and_hasher(n, foldhash::fast::RandomState::default())
+}
+
 /// One ranked list and how much it counts.
 pub struct Ranked<'a, T> {
     pub weight: f32,
@@ -13,7 +23,7 @@ pub struct Ranked<'a, T> {
 /// Fuses ranked lists. Ties keep the order in which items were first seen, so the
 /// result is deterministic. A weight of 0 leaves a list out.
 pub fn rrf<T: Clone + Eq + Hash>(lists: &[Ranked<'_, T>], k: f32) -> Vec<(T, f32)> {
-    let mut scores: HashMap<&T, (f32, usize)> = HashMap::new();
+    let mut scores: IdMap<&T, (f32, usize)> = id_map(lists.iter().map(|l| l.items.len()).sum());
     let mut order = 0;
     for list in lists {
         if list.weight <= 0.0 {

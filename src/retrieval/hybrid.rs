@@ -20,12 +20,11 @@
 //! holds it.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::fusion::{rrf, Ranked};
+use super::fusion::{id_map, rrf, IdMap, Ranked};
 use super::{DocType, Hit, KnowledgeChunk, Lang, Languages, LexicalIndex, VectorStore};
 use crate::config::RetrievalSettings;
 use crate::embed::{Embedder, TextKind};
@@ -555,7 +554,8 @@ impl Retriever {
             .collect();
         let fused = rrf(&ranked_lists, self.settings.rrf_k);
         let definition = is_definition_question(query);
-        let mut by_id: HashMap<&str, &KnowledgeChunk> = HashMap::new();
+        let mut by_id: IdMap<&str, &KnowledgeChunk> =
+            id_map(lists.iter().map(|(_, hits)| hits.len()).sum());
         for (_, hits) in lists {
             for h in hits.iter() {
                 by_id.entry(h.chunk.chunk_id.as_str()).or_insert(&h.chunk);
@@ -654,7 +654,7 @@ fn spread_over_files(
     if per_file == 0 {
         return ranked.into_iter().take(top).collect();
     }
-    let mut taken: HashMap<&str, usize> = HashMap::new();
+    let mut taken: IdMap<&str, usize> = id_map(top);
     let mut chosen = Vec::with_capacity(top);
     let mut passed = Vec::new();
     for (position, (chunk, score)) in ranked.into_iter().enumerate() {
