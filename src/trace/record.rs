@@ -95,9 +95,10 @@ impl Recorder {
         let context = SpanContext::new(trace_id, span_id, flags, false, sampling.trace_state);
         let data = recorded.then(|| {
             attributes.extend(sampling.attributes);
-            let limit = self.config.span_limits.max_attributes_per_span as usize;
-            let dropped_attributes = attributes.len().saturating_sub(limit) as u32;
-            attributes.truncate(limit);
+            let dropped_attributes = cut(
+                &mut attributes,
+                self.config.span_limits.max_attributes_per_span,
+            );
             let start = opentelemetry::time::now();
             Data {
                 parent_span_id: psc.span_id(),
@@ -127,6 +128,15 @@ impl Recorder {
         self.stopped.store(true, Ordering::Relaxed);
         self.processor.shutdown_with_timeout(timeout)
     }
+}
+
+/// Cuts `attributes` to `limit`; how many were cut (the SDK's rule for a span's, an
+/// event's and a link's).
+fn cut(attributes: &mut Vec<KeyValue>, limit: u32) -> u32 {
+    let limit = limit as usize;
+    let dropped = attributes.len().saturating_sub(limit) as u32;
+    attributes.truncate(limit);
+    dropped
 }
 
 /// What a recorded span holds until it ends.
@@ -205,9 +215,7 @@ impl opentelemetry::trace::Span for Recording {
             data.dropped_events += 1;
             return;
         }
-        let limit = limits.max_attributes_per_event as usize;
-        let dropped = attributes.len().saturating_sub(limit) as u32;
-        attributes.truncate(limit);
+        let dropped = cut(&mut attributes, limits.max_attributes_per_event);
         data.events
             .push(Event::new(name, timestamp, attributes, dropped));
     }
@@ -258,9 +266,7 @@ impl opentelemetry::trace::Span for Recording {
             data.dropped_links += 1;
             return;
         }
-        let limit = limits.max_attributes_per_link as usize;
-        let dropped = attributes.len().saturating_sub(limit) as u32;
-        attributes.truncate(limit);
+        let dropped = cut(&mut attributes, limits.max_attributes_per_link);
         data.links
             .push(Link::new(span_context, attributes, dropped));
     }
