@@ -313,7 +313,7 @@ async fn ask(
                 out.write_all(text.as_bytes())?;
                 out.flush()?;
             }
-            Event::ToolCalls(_) => {}
+            Event::ToolCalls(_) | Event::Verbatim { .. } => {}
             Event::Done { .. } => break,
             Event::Error(e) => {
                 writeln!(out)?;

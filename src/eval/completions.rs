@@ -125,6 +125,7 @@ pub async fn evaluate(
                 tools: Vec::new(),
                 tool_choice: None,
                 whole: false,
+                relay: None,
             };
             let turn = ChatTurn::from_client(request, None, None, None);
             let started = std::time::Instant::now();

@@ -198,6 +198,9 @@ async fn answer<R: HttpRender>(
         Ok(keeper) => keeper,
         Err(e) => return Err((log, e)),
     };
+    if state.pipeline.relays(&parsed.turn.request) {
+        parsed.turn.request.relay = parsed.render.relay();
+    }
     let events = match chat::start(
         state,
         gate.as_ref(),
@@ -236,6 +239,7 @@ fn loaded() -> Answer {
         context_items: Vec::new(),
         finish: FinishReason::Load,
         usage: Usage::default(),
+        verbatim: None,
     }
 }
 

@@ -481,7 +481,7 @@ impl Knowledge {
                 Event::Sources(s) => cited = s,
                 Event::Items(_) => {}
                 Event::Delta(piece) => {
-                    log.delta();
+                    log.deltas(1);
                     if text.len() + piece.len() > crate::pipeline::MAX_WHOLE_ANSWER_BYTES {
                         let e = crate::pipeline::answer_too_long();
                         log.failed(&e, true);
@@ -499,7 +499,7 @@ impl Knowledge {
                         let _ = context.peer.notify_progress(note).await;
                     }
                 }
-                Event::ToolCalls(_) => {}
+                Event::ToolCalls(_) | Event::Verbatim { .. } => {}
                 Event::Done { usage, .. } => log.done(usage),
                 Event::Error(e) => {
                     log.failed(&e, true);

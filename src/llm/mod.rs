@@ -184,6 +184,20 @@ pub struct UpstreamRequest {
     /// all at once, after the upstream's whole answer. Bounded by `llm.max_answer_secs`
     /// alone (no first token to wait for).
     pub whole: bool,
+    /// Pass the upstream's own events on as they came (same-dialect passthrough), when the
+    /// upstream can ([`ChatModel::relays`]).
+    pub relay: Option<Relay>,
+}
+
+/// A client that speaks the upstream's own dialect (OpenAI's, to an OpenAI-compatible
+/// upstream) gets the upstream's events as they came, as [`Chunk::Verbatim`]: each is
+/// scanned for what the gateway must know (usage, finish, errors, tool calls), and read
+/// only when it may hold one of them; none is parsed and written again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Relay {
+    /// The client asked for the usage event (the gateway always asks the upstream for it,
+    /// to count it; it is passed on only when asked).
+    pub usage: bool,
 }
 
 impl UpstreamRequest {
@@ -196,6 +210,7 @@ impl UpstreamRequest {
             tools: Vec::new(),
             tool_choice: None,
             whole: false,
+            relay: None,
         }
     }
 }
@@ -241,6 +256,12 @@ pub struct Usage {
 pub enum Chunk {
     Text(String),
     ToolCalls(Vec<ToolCall>),
+    /// Relayed ([`Relay`]): the upstream's own bytes as the client takes them (its SSE
+    /// events framed again, or a whole answer's body), `deltas` of them with content.
+    Verbatim {
+        bytes: bytes::Bytes,
+        deltas: u32,
+    },
     /// Always the last item of a stream that ended well; usage when the upstream told.
     Done {
         finish: FinishReason,
@@ -287,6 +308,11 @@ pub trait ChatModel: Send + Sync {
     async fn models(&self) -> Result<Vec<UpstreamModel>, UpstreamError>;
     /// Details of one upstream model; a 404 status when it does not exist.
     async fn show(&self, model: &str) -> Result<ModelCard, UpstreamError>;
+    /// Whether a request's [`Relay`] is honoured: every upstream behind this model speaks
+    /// OpenAI's dialect.
+    fn relays(&self) -> bool {
+        false
+    }
     /// Whether each upstream behind this model answers (for readiness), primary first.
     /// Each probe waits at most `wait`.
     async fn probe(&self, wait: Duration) -> Vec<UpstreamProbe> {
@@ -428,7 +454,8 @@ pub async fn complete(
     while let Some(chunk) = chunks.next().await {
         match chunk? {
             Chunk::Text(t) => text.push_str(&t),
-            Chunk::ToolCalls(_) => {}
+            // Never asked for: these requests are the gateway's own.
+            Chunk::ToolCalls(_) | Chunk::Verbatim { .. } => {}
             Chunk::Done { .. } => return Ok(text),
         }
     }

@@ -560,6 +560,7 @@ mod tests {
             tools: vec![],
             tool_choice: None,
             whole: false,
+            relay: None,
         };
         let (path, body) = chat.request_body(&req).unwrap();
         assert_eq!(path, "/api/chat");

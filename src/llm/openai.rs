@@ -10,10 +10,12 @@ use serde_json::{json, Value};
 use super::http::{error_text, whole_body, Upstream, MAX_SMALL_REPLY};
 use super::sse;
 use super::{
-    ChatModel, Chunk, ChunkStream, FinishReason, Input, Message, ModelCard, ToolCall,
+    ChatModel, Chunk, ChunkStream, FinishReason, Input, Message, ModelCard, Relay, ToolCall,
     UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamRequest, Usage,
 };
 use crate::json;
+
+mod relay;
 
 pub struct OpenAiChat {
     up: Upstream,
@@ -176,11 +178,18 @@ impl ChatModel for OpenAiChat {
         if request.whole {
             let response = self.up.send_whole(post).await?;
             let body = whole_body(response, &self.up).await?;
-            let chunks = whole_chunks(&body, &self.up);
+            let mut chunks = whole_chunks(&body, &self.up);
+            if request.relay.is_some() {
+                chunks = relayed_whole(body, chunks);
+            }
             return Ok(futures::stream::iter(chunks).boxed());
         }
         let response = self.up.send(post).await?;
-        Ok(sse_chunks(response, self.up.clone()).boxed())
+        Ok(sse_chunks(response, self.up.clone(), request.relay).boxed())
+    }
+
+    fn relays(&self) -> bool {
+        true
     }
 
     async fn models(&self) -> Result<Vec<UpstreamModel>, UpstreamError> {
@@ -234,16 +243,21 @@ impl ChatModel for OpenAiChat {
 
 /// Reads an SSE body (chat or text completions) into chunks, until `[DONE]` or its end.
 /// An event longer than `max_line_bytes` ends it with a `Protocol` error (after the
-/// events before it); a transport failure is `Closed`.
+/// events before it); a transport failure is `Closed`. Relayed, the events of each piece
+/// of the body are one [`Chunk::Verbatim`] (then `Done`, as always).
 fn sse_chunks(
     response: reqwest::Response,
     up: Upstream,
+    relay: Option<Relay>,
 ) -> impl futures::Stream<Item = Result<Chunk, UpstreamError>> {
     async_stream::stream! {
         let mut body = response.bytes_stream();
         let mut reader = sse::Reader::new(up.max_line_bytes());
         let mut state = SseState::default();
         let mut out: Vec<Result<Chunk, UpstreamError>> = Vec::new();
+        // Relayed: the piece's events framed for the client, and how many had content.
+        let mut framed = Vec::new();
+        let mut deltas = 0u32;
         while let Some(piece) = body.next().await {
             let piece = match piece {
                 Ok(piece) => piece,
@@ -259,6 +273,18 @@ fn sse_chunks(
                     done = true;
                     return ControlFlow::Break(());
                 }
+                if let Some(relay) = relay {
+                    return match state.relay(data, relay, &up, &mut framed) {
+                        Ok(content) => {
+                            deltas += u32::from(content);
+                            ControlFlow::Continue(())
+                        }
+                        Err(e) => {
+                            out.push(Err(e));
+                            ControlFlow::Break(())
+                        }
+                    };
+                }
                 match state.read(data, &up) {
                     Ok(chunks) => {
                         out.extend(chunks.into_iter().map(Ok));
@@ -270,6 +296,10 @@ fn sse_chunks(
                     }
                 }
             });
+            if !framed.is_empty() {
+                let bytes = bytes::Bytes::from(std::mem::take(&mut framed));
+                yield Ok(Chunk::Verbatim { bytes, deltas: std::mem::take(&mut deltas) });
+            }
             let failed = out.last().is_some_and(Result::is_err);
             for chunk in out.drain(..) {
                 yield chunk;
@@ -385,6 +415,31 @@ fn whole_chunks(body: &[u8], up: &Upstream) -> Vec<Result<Chunk, UpstreamError>>
     out
 }
 
+/// A whole answer relayed: its body as it came in place of its text and tool calls, once
+/// it was read like any other (an answer the gateway refuses stays refused).
+fn relayed_whole(
+    body: bytes::Bytes,
+    chunks: Vec<Result<Chunk, UpstreamError>>,
+) -> Vec<Result<Chunk, UpstreamError>> {
+    if chunks.iter().any(Result::is_err) {
+        return chunks;
+    }
+    let content = chunks
+        .iter()
+        .any(|c| matches!(c, Ok(Chunk::Text(_) | Chunk::ToolCalls(_))));
+    let verbatim = Chunk::Verbatim {
+        bytes: body,
+        deltas: u32::from(content),
+    };
+    std::iter::once(Ok(verbatim))
+        .chain(
+            chunks
+                .into_iter()
+                .filter(|c| matches!(c, Ok(Chunk::Done { .. }))),
+        )
+        .collect()
+}
+
 /// Most tool calls one answer may hold; an upstream that numbers one beyond is broken.
 const MAX_TOOL_CALLS: usize = 128;
 
@@ -489,6 +544,30 @@ struct WireDelta<'a> {
 }
 
 impl SseState {
+    /// One event of a relayed stream, framed into `out` for the client (but for the usage
+    /// event the client did not ask for), read first when it may hold what the gateway
+    /// must know. Whether it carried content.
+    fn relay(
+        &mut self,
+        data: &str,
+        relay: Relay,
+        up: &Upstream,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, UpstreamError> {
+        let scanned = relay::scan(data.as_bytes());
+        if scanned.read {
+            // Its text and whole tool calls are the event itself, passed on as it came.
+            self.read(data, up)?;
+            if data.trim().is_empty() {
+                return Ok(false);
+            }
+        }
+        if relay::passed_on(&scanned, relay) {
+            relay::frame(out, data);
+        }
+        Ok(scanned.content)
+    }
+
     fn read(&mut self, data: &str, up: &Upstream) -> Result<Vec<Chunk>, UpstreamError> {
         if data.trim().is_empty() {
             return Ok(Vec::new());

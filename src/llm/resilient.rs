@@ -337,7 +337,10 @@ impl ChatModel for Resilient {
             loop {
                 match tokio::time::timeout_at(deadline, chunks.next()).await {
                     Ok(Some(item)) => {
-                        let end = !matches!(item, Ok(Chunk::Text(_) | Chunk::ToolCalls(_)));
+                        let end = !matches!(
+                            item,
+                            Ok(Chunk::Text(_) | Chunk::ToolCalls(_) | Chunk::Verbatim { .. })
+                        );
                         yield item;
                         if end {
                             return;
@@ -363,6 +366,11 @@ impl ChatModel for Resilient {
 
     async fn show(&self, model: &str) -> Result<ModelCard, UpstreamError> {
         self.targets[0].chat.show(model).await
+    }
+
+    /// Only when the fallbacks relay too: a failover must not change the answer's dialect.
+    fn relays(&self) -> bool {
+        self.targets.iter().all(|t| t.chat.relays())
     }
 
     /// Every upstream, the fallbacks too, probed at once.

@@ -167,6 +167,12 @@ pub enum Event {
     Items(Vec<UsedItem>),
     Delta(String),
     ToolCalls(Vec<ToolCall>),
+    /// The upstream's own bytes, relayed to a client of its dialect
+    /// ([`crate::llm::Relay`]); `deltas` of its events carried content.
+    Verbatim {
+        bytes: bytes::Bytes,
+        deltas: u32,
+    },
     Done {
         finish: FinishReason,
         usage: Usage,
@@ -303,6 +309,17 @@ impl Pipeline {
 
     pub fn upstream_url(&self) -> &str {
         self.chat.base_url()
+    }
+
+    /// Whether a turn would be relayed to a client that speaks the upstream's dialect
+    /// ([`crate::llm::Relay`]): a passthrough model on upstreams that relay, without
+    /// tools (their calls reach clients in OpenAI's one form, whatever form the upstream
+    /// streamed them in) and without content capture (which records the answer's text).
+    pub fn relays(&self, request: &UpstreamRequest) -> bool {
+        request.tools.is_empty()
+            && self.chat.relays()
+            && !trace::capture_content()
+            && matches!(self.route(&request.model), Ok(Route::Passthrough))
     }
 
     /// Runs a turn of `owner` (whose session `turn.session_id` names). Errors before the

@@ -30,6 +30,8 @@ pub struct Answer {
     pub context_items: Vec<UsedItem>,
     pub finish: FinishReason,
     pub usage: Usage,
+    /// Relayed: the upstream's whole answer as it came, what the client is sent.
+    pub verbatim: Option<bytes::Bytes>,
 }
 
 impl Pipeline {
@@ -184,6 +186,13 @@ pub(super) fn answer_events(
                     yield Event::Delta(text);
                 }
                 Ok(Chunk::ToolCalls(calls)) => yield Event::ToolCalls(calls),
+                Ok(Chunk::Verbatim { bytes, deltas: n }) => {
+                    if deltas == 0 && n > 0 {
+                        upstream.first_token();
+                    }
+                    deltas += u64::from(n);
+                    yield Event::Verbatim { bytes, deltas: n };
+                }
                 Ok(Chunk::Done { finish, usage }) => {
                     if let Some(list) = sources.as_deref().filter(|s| cite && !s.is_empty()) {
                         let text = citation(list);
@@ -270,6 +279,7 @@ pub async fn collect(mut events: EventStream) -> Result<Answer, GatewayError> {
     let mut tool_calls = Vec::new();
     let mut sources = None;
     let mut context_items = Vec::new();
+    let mut verbatim = None;
     while let Some(event) = events.next().await {
         match event {
             Event::Sources(s) => sources = Some(s),
@@ -281,6 +291,8 @@ pub async fn collect(mut events: EventStream) -> Result<Answer, GatewayError> {
                 text.push_str(&t);
             }
             Event::ToolCalls(calls) => tool_calls.extend(calls),
+            // A whole answer relayed is one body (its bound was the upstream reply's).
+            Event::Verbatim { bytes, .. } => verbatim = Some(bytes),
             Event::Done { finish, usage } => {
                 return Ok(Answer {
                     text,
@@ -289,6 +301,7 @@ pub async fn collect(mut events: EventStream) -> Result<Answer, GatewayError> {
                     context_items,
                     finish,
                     usage,
+                    verbatim,
                 });
             }
             Event::Error(e) => return Err(e),

@@ -92,6 +92,16 @@ pub trait Render: Send + 'static {
     fn end(&mut self, end: End<'_>) -> Self::Piece;
     /// An error after the stream started, in the dialect's in-stream shape.
     fn error(&mut self, e: &GatewayError) -> Self::Piece;
+    /// Whether this rendering takes the upstream's own events as they came (it writes
+    /// OpenAI's dialect, as OpenAI-compatible upstreams do), and what the relay must know;
+    /// asked only of a turn the pipeline would relay, which is then rendered relayed.
+    fn relay(&mut self) -> Option<crate::llm::Relay> {
+        None
+    }
+    /// The upstream's own bytes, relayed ([`Render::relay`]).
+    fn verbatim(&mut self, _bytes: bytes::Bytes) -> Option<Self::Piece> {
+        None
+    }
 }
 
 /// The start of every chat answer: the turn's bounds, a stream slot for a streamed
@@ -166,12 +176,18 @@ fn rendered<R: Render>(
                 Event::Sources(s) => sources = Some(s),
                 Event::Items(i) => items = i,
                 Event::Delta(text) => {
-                    log.delta();
+                    log.deltas(1);
                     yield render.delta(&text);
                 }
                 Event::ToolCalls(calls) => {
-                    log.delta();
+                    log.deltas(1);
                     yield render.tool_calls(&calls);
+                }
+                Event::Verbatim { bytes, deltas } => {
+                    log.deltas(deltas.into());
+                    if let Some(piece) = render.verbatim(bytes) {
+                        yield piece;
+                    }
                 }
                 Event::Done { finish, usage } => {
                     log.done(usage);
@@ -488,9 +504,10 @@ impl ChatLog {
         }
     }
 
-    pub fn delta(&mut self) {
-        self.deltas += 1;
-        if self.first_token.is_none() {
+    /// `n` pieces of the answer went out (the first token with the first of them).
+    pub fn deltas(&mut self, n: u64) {
+        self.deltas += n;
+        if n > 0 && self.first_token.is_none() {
             self.first_token = Some(Instant::now());
         }
     }

@@ -49,6 +49,7 @@ mod python_clients;
 mod real_clients;
 mod real_model;
 mod real_window;
+mod relay;
 mod responses_api;
 mod secrets;
 mod security;

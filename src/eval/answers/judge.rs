@@ -223,6 +223,7 @@ impl Judge {
             tools: Vec::new(),
             tool_choice: None,
             whole: false,
+            relay: None,
         };
         let timed_out = || {
             format!(

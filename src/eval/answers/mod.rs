@@ -298,6 +298,7 @@ impl Evaluator<'_> {
                 tools: Vec::new(),
                 tool_choice: None,
                 whole: false,
+                relay: None,
             },
             session_id: None,
             editor,

@@ -148,6 +148,7 @@ pub fn messages(body: &[u8]) -> Result<Parsed<Stream>, GatewayError> {
         tools,
         tool_choice,
         whole: false,
+        relay: None,
     };
     let context = Context {
         session_id: None,

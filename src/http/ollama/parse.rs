@@ -179,6 +179,7 @@ impl Request {
             tools,
             tool_choice: None,
             whole: false,
+            relay: None,
         };
         let context = Context {
             session_id: self.session_id,

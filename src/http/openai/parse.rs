@@ -282,6 +282,7 @@ impl Request {
             tools,
             tool_choice,
             whole: false,
+            relay: None,
         };
         let context = Context {
             session_id: self.session_id,

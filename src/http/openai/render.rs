@@ -37,6 +37,9 @@ pub struct Sse {
     links: Option<String>,
     /// Characters of content streamed so far (the span the annotations cover).
     streamed_chars: usize,
+    /// The upstream's own events are passed on ([`Render::relay`]): they bring their own
+    /// role, finish and usage chunks.
+    relayed: bool,
 }
 
 impl Sse {
@@ -55,6 +58,7 @@ impl Sse {
             head: Vec::new(),
             links: None,
             streamed_chars: 0,
+            relayed: false,
         };
         // Everything before a chunk's update: the same in every content chunk.
         sse.head = format!(
@@ -107,8 +111,10 @@ impl Render for Sse {
 
     fn opening(&mut self) -> Option<Bytes> {
         match self.kind {
-            Kind::Chat => Some(self.chunk(json!({"role": "assistant", "content": ""}), None)),
-            Kind::Text => None,
+            Kind::Chat if !self.relayed => {
+                Some(self.chunk(json!({"role": "assistant", "content": ""}), None))
+            }
+            _ => None,
         }
     }
 
@@ -149,6 +155,10 @@ impl Render for Sse {
     /// last of them) and `[DONE]`, written from their fields (the same bytes as the
     /// chunks' JSON trees: tested).
     fn end(&mut self, end: End<'_>) -> Bytes {
+        if self.relayed {
+            // The upstream's finish and usage chunks went on as they came.
+            return Bytes::from_static(b"data: [DONE]\n\n");
+        }
         let mut out = Vec::new();
         // Citations as Open WebUI reads them: `url_citation` annotations in a delta, one
         // per source, covering the whole answer.
@@ -196,6 +206,17 @@ impl Render for Sse {
 
     fn error(&mut self, e: &GatewayError) -> Bytes {
         frame(&OpenAi::error_body(e))
+    }
+
+    fn relay(&mut self) -> Option<crate::llm::Relay> {
+        self.relayed = true;
+        Some(crate::llm::Relay {
+            usage: self.include_usage,
+        })
+    }
+
+    fn verbatim(&mut self, bytes: Bytes) -> Option<Bytes> {
+        Some(bytes)
     }
 }
 
@@ -360,11 +381,18 @@ impl HttpRender for Sse {
     const CONTENT_TYPE: &'static str = "text/event-stream";
 
     fn whole(&self, answer: &Answer, _timing: Timing) -> Value {
+        if let Some(body) = &answer.verbatim {
+            // The upstream's answer, which the gateway read as JSON already.
+            return serde_json::from_slice(body).unwrap_or_default();
+        }
         // Plain fields always have a JSON form.
         serde_json::to_value(self.whole_body(answer)).unwrap_or_default()
     }
 
     fn whole_bytes(&self, answer: &Answer, _timing: Timing) -> Vec<u8> {
+        if let Some(body) = &answer.verbatim {
+            return body.to_vec();
+        }
         // Serialising plain fields into memory cannot fail.
         serde_json::to_vec(&self.whole_body(answer)).unwrap_or_default()
     }
@@ -598,6 +626,7 @@ mod tests {
                 prompt_tokens: 1200,
                 completion_tokens: 34,
             },
+            verbatim: None,
         };
         let mut answers = vec![
             answer("Plain answer.", None),

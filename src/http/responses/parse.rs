@@ -184,6 +184,7 @@ pub fn responses(body: &[u8]) -> Result<Parsed<Stream>, GatewayError> {
         tools,
         tool_choice: upstream_choice,
         whole: false,
+        relay: None,
     };
     let context = Context {
         session_id: req.session_id,

@@ -345,6 +345,7 @@ fn request_body_follows_the_openai_shape() {
         tools: vec![json!({"type": "function", "function": {"name": "f"}})],
         tool_choice: Some(json!("auto")),
         whole: false,
+        relay: None,
     };
     let (path, body) = request_body(&req);
     let body: Value = serde_json::from_slice(&body).unwrap();
@@ -475,6 +476,7 @@ fn the_written_body_is_the_json_tree_of_every_kind_of_request() {
         tools: vec![json!({"type": "function", "function": {"name": "f", "parameters": {}}})],
         tool_choice: Some(json!({"type": "function", "function": {"name": "f"}})),
         whole: false,
+        relay: None,
     };
     let mut whole = chat.clone();
     whole.whole = true;
@@ -493,6 +495,7 @@ fn the_written_body_is_the_json_tree_of_every_kind_of_request() {
         tools: Vec::new(),
         tool_choice: None,
         whole: true,
+        relay: None,
     };
     for req in [
         chat,

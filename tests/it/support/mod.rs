@@ -896,8 +896,14 @@ impl Writer {
                     Some(finish),
                 ))];
                 if self.include_usage {
+                    // OpenAI's usage event has its stream's object.
+                    let object = if self.wire == Wire::OpenAiText {
+                        "text_completion"
+                    } else {
+                        "chat.completion.chunk"
+                    };
                     out.push(Self::sse(
-                        json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk",
+                        json!({"id": "chatcmpl-scripted", "object": object,
                         "created": 1700000000, "model": self.model, "choices": [],
                         "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                                   "total_tokens": prompt + completion}}),
