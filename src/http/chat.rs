@@ -198,8 +198,8 @@ async fn answer<R: HttpRender>(
         Ok(keeper) => keeper,
         Err(e) => return Err((log, e)),
     };
-    if state.pipeline.relays(&parsed.turn.request) {
-        parsed.turn.request.relay = parsed.render.relay();
+    if let Some(wire) = state.pipeline.relays(&parsed.turn.request) {
+        parsed.turn.request.relay = parsed.render.relay(wire);
     }
     let events = match chat::start(
         state,
@@ -250,7 +250,11 @@ fn whole<R: HttpRender>(render: &R, answer: &Answer, mut log: ChatLog) -> Respon
             axum::http::header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
-        render.whole_bytes(answer, log.timing()),
+        // Relayed, the upstream's own body; else the dialect's rendering.
+        match &answer.verbatim {
+            Some(body) => body.clone(),
+            None => Bytes::from(render.whole_bytes(answer, log.timing())),
+        },
     )
         .into_response();
     mark(&mut response);

@@ -5,6 +5,7 @@
 pub(crate) mod http;
 pub mod ollama;
 pub mod openai;
+mod relay;
 pub mod resilient;
 pub(crate) mod sse;
 pub mod tokenize;
@@ -189,10 +190,11 @@ pub struct UpstreamRequest {
     pub relay: Option<Relay>,
 }
 
-/// A client that speaks the upstream's own dialect (OpenAI's, to an OpenAI-compatible
-/// upstream) gets the upstream's events as they came, as [`Chunk::Verbatim`]: each is
-/// scanned for what the gateway must know (usage, finish, errors, tool calls), and read
-/// only when it may hold one of them; none is parsed and written again.
+/// A client that speaks the upstream's own dialect (OpenAI's to an OpenAI-compatible
+/// upstream, Ollama's to Ollama) gets the upstream's events as they came, as
+/// [`Chunk::Verbatim`]: each is scanned for what the gateway must know (usage, finish,
+/// errors, tool calls), and read only when it may hold one of them (`relay`); none is
+/// parsed and written again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Relay {
     /// The client asked for the usage event (the gateway always asks the upstream for it,
@@ -249,6 +251,15 @@ impl FinishReason {
 pub struct Usage {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+}
+
+/// An upstream's wire format, as far as relaying goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// OpenAI's chat and text completions (SSE, or one JSON body).
+    OpenAi,
+    /// Ollama's `/api/chat` and `/api/generate` (NDJSON, or one JSON body).
+    Ollama,
 }
 
 /// One piece of an upstream answer.
@@ -308,10 +319,10 @@ pub trait ChatModel: Send + Sync {
     async fn models(&self) -> Result<Vec<UpstreamModel>, UpstreamError>;
     /// Details of one upstream model; a 404 status when it does not exist.
     async fn show(&self, model: &str) -> Result<ModelCard, UpstreamError>;
-    /// Whether a request's [`Relay`] is honoured: every upstream behind this model speaks
-    /// OpenAI's dialect.
-    fn relays(&self) -> bool {
-        false
+    /// The wire whose events a request's [`Relay`] passes on, when every upstream behind
+    /// this model speaks the same one.
+    fn relays(&self) -> Option<Wire> {
+        None
     }
     /// Whether each upstream behind this model answers (for readiness), primary first.
     /// Each probe waits at most `wait`.

@@ -5,6 +5,7 @@ use futures::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::http::{error_in_json, Upstream, MAX_SMALL_REPLY};
+use super::relay;
 use super::{
     ChatModel, Chunk, ChunkStream, FinishReason, GenParams, Input, Message, ModelCard, Role,
     ToolCall, UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamRequest, Usage,
@@ -187,7 +188,12 @@ impl ChatModel for OllamaChat {
             true => self.up.send_whole(post).await?,
             false => self.up.send(post).await?,
         };
-        Ok(ndjson_chunks(response, self.up.clone()).boxed())
+        let relay = request.relay.is_some();
+        Ok(ndjson_chunks(response, self.up.clone(), relay).boxed())
+    }
+
+    fn relays(&self) -> Option<super::Wire> {
+        Some(super::Wire::Ollama)
     }
 
     async fn models(&self) -> Result<Vec<UpstreamModel>, UpstreamError> {
@@ -269,15 +275,19 @@ impl ChatModel for OllamaChat {
 
 /// Reads Ollama's NDJSON body into chunks. Ends with `Done`, or with an error if the
 /// upstream reported one, sent something unreadable, or stopped before `done: true`.
+/// Relayed, the lines of each piece of the body go on as they came in one
+/// [`Chunk::Verbatim`] (the last one before `Done`, as always).
 fn ndjson_chunks(
     response: reqwest::Response,
     up: Upstream,
+    relay: bool,
 ) -> impl futures::Stream<Item = Result<Chunk, UpstreamError>> {
     async_stream::stream! {
         let mut body = response.bytes_stream();
         let mut buf: Vec<u8> = Vec::new();
         let mut scanned = 0;
         let mut state = LineState::default();
+        let mut ended = false;
         loop {
             match body.next().await {
                 Some(Ok(bytes)) => buf.extend_from_slice(&bytes),
@@ -285,33 +295,75 @@ fn ndjson_chunks(
                     yield Err(up.closed(&e));
                     return;
                 }
-                None => break,
+                None => {
+                    ended = true;
+                }
             }
-            while let Some(pos) = buf[scanned..].iter().position(|&b| b == b'\n') {
-                if scanned + pos > up.max_line_bytes() {
-                    yield Err(up.too_long());
+            // Relayed: the lines of this piece as they came, and how many had content.
+            let mut framed = Vec::new();
+            let mut deltas = 0u32;
+            let mut items = Vec::new();
+            // Where the next line starts: the lines read are dropped from `buf` at once,
+            // after the piece (not each one, which moved the rest every time).
+            let mut at = 0;
+            loop {
+                // Whole lines; at the body's end, what is left is the last one.
+                let from = at.max(scanned);
+                let end = match memchr::memchr(b'\n', &buf[from..]) {
+                    Some(pos) if from + pos - at > up.max_line_bytes() => {
+                        items.push(Err(up.too_long()));
+                        break;
+                    }
+                    Some(pos) => from + pos + 1,
+                    None if ended && at < buf.len() => buf.len(),
+                    None => break,
+                };
+                let line = &buf[at..end];
+                at = end;
+                let read = if relay {
+                    let found = relay::scan(&relay::OLLAMA, line);
+                    // Its text and tool calls are the line itself, passed on as it came.
+                    let read: Vec<_> = match found.read {
+                        true => state
+                            .read(line, &up)
+                            .into_iter()
+                            .filter(|i| !matches!(i, Ok(Chunk::Text(_) | Chunk::ToolCalls(_))))
+                            .collect(),
+                        false => Vec::new(),
+                    };
+                    if !read.iter().any(Result::is_err) && !line.trim_ascii().is_empty() {
+                        framed.extend_from_slice(line);
+                        deltas += u32::from(found.content);
+                    }
+                    read
+                } else {
+                    state.read(line, &up)
+                };
+                let stop = read
+                    .iter()
+                    .any(|i| i.is_err() || matches!(i, Ok(Chunk::Done { .. })));
+                items.extend(read);
+                if stop {
+                    break;
+                }
+            }
+            if !framed.is_empty() {
+                yield Ok(Chunk::Verbatim { bytes: bytes::Bytes::from(framed), deltas });
+            }
+            for item in items {
+                let stop = item.is_err() || matches!(item, Ok(Chunk::Done { .. }));
+                yield item;
+                if stop {
                     return;
                 }
-                let line: Vec<u8> = buf.drain(..scanned + pos + 1).collect();
-                scanned = 0;
-                for item in state.read(&line, &up) {
-                    let stop = item.is_err() || matches!(item, Ok(Chunk::Done { .. }));
-                    yield item;
-                    if stop {
-                        return;
-                    }
-                }
             }
+            if ended {
+                break;
+            }
+            buf.drain(..at);
             scanned = buf.len();
             if buf.len() > up.max_line_bytes() {
                 yield Err(up.too_long());
-                return;
-            }
-        }
-        for item in state.read(&buf, &up) {
-            let stop = item.is_err() || matches!(item, Ok(Chunk::Done { .. }));
-            yield item;
-            if stop {
                 return;
             }
         }

@@ -8,14 +8,13 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::http::{error_text, whole_body, Upstream, MAX_SMALL_REPLY};
+use super::relay;
 use super::sse;
 use super::{
     ChatModel, Chunk, ChunkStream, FinishReason, Input, Message, ModelCard, Relay, ToolCall,
     UpstreamError, UpstreamErrorKind, UpstreamModel, UpstreamRequest, Usage,
 };
 use crate::json;
-
-mod relay;
 
 pub struct OpenAiChat {
     up: Upstream,
@@ -188,8 +187,8 @@ impl ChatModel for OpenAiChat {
         Ok(sse_chunks(response, self.up.clone(), request.relay).boxed())
     }
 
-    fn relays(&self) -> bool {
-        true
+    fn relays(&self) -> Option<super::Wire> {
+        Some(super::Wire::OpenAi)
     }
 
     async fn models(&self) -> Result<Vec<UpstreamModel>, UpstreamError> {
@@ -554,7 +553,7 @@ impl SseState {
         up: &Upstream,
         out: &mut Vec<u8>,
     ) -> Result<bool, UpstreamError> {
-        let scanned = relay::scan(data.as_bytes());
+        let scanned = relay::scan(&relay::OPENAI, data.as_bytes());
         if scanned.read {
             // Its text and whole tool calls are the event itself, passed on as it came.
             self.read(data, up)?;

@@ -368,9 +368,14 @@ impl ChatModel for Resilient {
         self.targets[0].chat.show(model).await
     }
 
-    /// Only when the fallbacks relay too: a failover must not change the answer's dialect.
-    fn relays(&self) -> bool {
-        self.targets.iter().all(|t| t.chat.relays())
+    /// Only when the fallbacks speak the same wire: a failover must not change the
+    /// answer's dialect.
+    fn relays(&self) -> Option<super::Wire> {
+        let wire = self.targets[0].chat.relays()?;
+        self.targets
+            .iter()
+            .all(|t| t.chat.relays() == Some(wire))
+            .then_some(wire)
     }
 
     /// Every upstream, the fallbacks too, probed at once.

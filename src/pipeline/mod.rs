@@ -311,15 +311,15 @@ impl Pipeline {
         self.chat.base_url()
     }
 
-    /// Whether a turn would be relayed to a client that speaks the upstream's dialect
+    /// The upstream's wire when a turn would be relayed to a client that speaks it
     /// ([`crate::llm::Relay`]): a passthrough model on upstreams that relay, without
     /// tools (their calls reach clients in OpenAI's one form, whatever form the upstream
     /// streamed them in) and without content capture (which records the answer's text).
-    pub fn relays(&self, request: &UpstreamRequest) -> bool {
-        request.tools.is_empty()
-            && self.chat.relays()
+    pub fn relays(&self, request: &UpstreamRequest) -> Option<crate::llm::Wire> {
+        let relayed = request.tools.is_empty()
             && !trace::capture_content()
-            && matches!(self.route(&request.model), Ok(Route::Passthrough))
+            && matches!(self.route(&request.model), Ok(Route::Passthrough));
+        self.chat.relays().filter(|_| relayed)
     }
 
     /// Runs a turn of `owner` (whose session `turn.session_id` names). Errors before the

@@ -92,10 +92,10 @@ pub trait Render: Send + 'static {
     fn end(&mut self, end: End<'_>) -> Self::Piece;
     /// An error after the stream started, in the dialect's in-stream shape.
     fn error(&mut self, e: &GatewayError) -> Self::Piece;
-    /// Whether this rendering takes the upstream's own events as they came (it writes
-    /// OpenAI's dialect, as OpenAI-compatible upstreams do), and what the relay must know;
-    /// asked only of a turn the pipeline would relay, which is then rendered relayed.
-    fn relay(&mut self) -> Option<crate::llm::Relay> {
+    /// Whether this rendering takes the events of an upstream of `wire` as they came (it
+    /// writes that wire's dialect), and what the relay must know; asked only of a turn the
+    /// pipeline would relay, which is then rendered relayed.
+    fn relay(&mut self, _wire: crate::llm::Wire) -> Option<crate::llm::Relay> {
         None
     }
     /// The upstream's own bytes, relayed ([`Render::relay`]).

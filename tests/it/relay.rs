@@ -1,9 +1,10 @@
 //! Same-dialect passthrough: an OpenAI client asking a passthrough model of an
-//! OpenAI-compatible upstream gets the upstream's own events and bodies as they came
-//! (its ids, its extra fields, its spacing), with the usage event only when it asked for
-//! it, while the gateway still counts the answer's usage and ends a broken stream in
-//! OpenAI's error shape. Other dialects, other upstreams and requests with tools are
-//! rendered by the gateway as before.
+//! OpenAI-compatible upstream, or an Ollama client asking one of Ollama, gets the
+//! upstream's own events and bodies as they came (its ids, its extra fields, its
+//! spacing), OpenAI's usage event only when it asked for it, while the gateway still
+//! counts the answer's usage and ends a broken stream in the dialect's error shape. Other
+//! dialects, other upstreams and requests with tools are rendered by the gateway as
+//! before.
 
 use assist_gateway::config::{ApiKey, Provider};
 use serde_json::{json, Value};
@@ -31,7 +32,11 @@ fn sse_body() -> String {
 }
 
 async fn relaying_gateway(up: &ScriptedUpstream) -> Gateway {
-    Gateway::start(up, Provider::Openai, |s| {
+    gateway_of(up, Provider::Openai).await
+}
+
+async fn gateway_of(up: &ScriptedUpstream, provider: Provider) -> Gateway {
+    Gateway::start(up, provider, |s| {
         s.assistant.passthrough = true;
         s.server.api_keys = vec![ApiKey {
             name: Some(format!(
@@ -268,4 +273,94 @@ async fn tools_other_dialects_and_the_assistant_are_rendered_by_the_gateway() {
     let lines = ndjson_lines(&text);
     assert_eq!(lines.last().unwrap()["done"], true, "{text}");
     assert!(!text.contains("chatcmpl-up-77"));
+}
+
+/// Ollama's lines as a real Ollama writes them (its `created_at`, its durations, a
+/// thinking model's `thinking`), a text with escapes, the final line with its counts.
+const LINES: [&str; 4] = [
+    r#"{"model":"up-model:latest","created_at":"2026-11-27T10:00:00.1Z","message":{"role":"assistant","content":"","thinking":"greeting"},"done":false}"#,
+    r#"{"model":"up-model:latest","created_at":"2026-11-27T10:00:00.2Z","message":{"role":"assistant","content":"Hi \"done\": true"},"done":false}"#,
+    r#"{"model":"up-model:latest","created_at":"2026-11-27T10:00:00.3Z","message":{"role":"assistant","content":" ✓"},"done":false}"#,
+    r#"{"model":"up-model:latest","created_at":"2026-11-27T10:00:00.4Z","message":{"role":"assistant","content":""},"done_reason":"stop","done":true,"total_duration":812345,"load_duration":1200,"prompt_eval_count":21,"prompt_eval_duration":3000,"eval_count":5,"eval_duration":7000}"#,
+];
+
+#[tokio::test]
+async fn an_ollama_client_gets_ollamas_own_lines() {
+    let up = ScriptedUpstream::start().await;
+    let gw = gateway_of(&up, Provider::Ollama).await;
+    let body: String = LINES.iter().map(|l| format!("{l}\n")).collect();
+    up.push(Reply::Raw {
+        content_type: "application/x-ndjson",
+        body: body.clone(),
+    });
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    let (status, text) = ask(
+        &gw,
+        "/api/chat",
+        json!({"model": UPSTREAM_MODEL, "messages": messages}),
+    )
+    .await;
+    assert_eq!((status, text.as_str()), (200, body.as_str()));
+
+    // A whole answer: Ollama's one object, as it came.
+    let whole = LINES[3].replace(r#""content":"""#, r#""content":"Hi ✓""#);
+    up.push(Reply::Raw {
+        content_type: "application/json",
+        body: whole.clone(),
+    });
+    let (status, text) = ask(
+        &gw,
+        "/api/chat",
+        json!({"model": UPSTREAM_MODEL, "messages": messages, "stream": false}),
+    )
+    .await;
+    assert_eq!((status, text.as_str()), (200, whole.as_str()));
+    assert_eq!(up.last_request().body["stream"], false);
+
+    let totals = usage_totals(&gw, 2).await;
+    assert_eq!(
+        (&totals["input_tokens"], &totals["output_tokens"]),
+        (&json!(42), &json!(10)),
+        "{totals}"
+    );
+
+    // An error line: the lines before it, then Ollama's error shape; a stream that stops
+    // before its final line ends with an error too.
+    for (tail, says) in [
+        (
+            r#"{"error":"out of memory"}"#.to_string() + "\n",
+            "out of memory",
+        ),
+        (String::new(), "done"),
+    ] {
+        up.push(Reply::Raw {
+            content_type: "application/x-ndjson",
+            body: format!("{}\n{tail}", LINES[1]),
+        });
+        let (status, text) = ask(
+            &gw,
+            "/api/chat",
+            json!({"model": UPSTREAM_MODEL, "messages": messages}),
+        )
+        .await;
+        assert_eq!(status, 200, "{text}");
+        let lines = ndjson_lines(&text);
+        assert_eq!(lines[0], serde_json::from_str::<Value>(LINES[1]).unwrap());
+        let error = lines.last().unwrap()["error"].as_str().unwrap_or_default();
+        assert!(error.contains(says), "{text}");
+    }
+
+    // An OpenAI client of the same Ollama upstream: the gateway's own OpenAI events.
+    up.push(Reply::Raw {
+        content_type: "application/x-ndjson",
+        body,
+    });
+    let (status, text) = ask(
+        &gw,
+        "/v1/chat/completions",
+        json!({"model": UPSTREAM_MODEL, "messages": messages, "stream": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(sse_text(&sse_events(&text)), "Hi \"done\": true ✓");
 }

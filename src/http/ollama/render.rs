@@ -26,6 +26,8 @@ pub enum Kind {
 pub struct Ndjson {
     model: String,
     kind: Kind,
+    /// The upstream's own lines are passed on ([`Render::relay`]), its final line too.
+    relayed: bool,
 }
 
 impl Ndjson {
@@ -33,6 +35,7 @@ impl Ndjson {
         Self {
             model: model.to_string(),
             kind,
+            relayed: false,
         }
     }
 
@@ -105,6 +108,10 @@ impl Render for Ndjson {
     }
 
     fn end(&mut self, end: End<'_>) -> Bytes {
+        if self.relayed {
+            // The upstream's final line went on as it came (an empty piece is not written).
+            return Bytes::new();
+        }
         let mut last = self.line("", None, Some((end.finish, end.usage, end.timing)));
         with_sources(&mut last, end.sources, end.context_items);
         line_bytes(&last)
@@ -112,6 +119,16 @@ impl Render for Ndjson {
 
     fn error(&mut self, e: &GatewayError) -> Bytes {
         line_bytes(&Ollama::error_body(e))
+    }
+
+    fn relay(&mut self, wire: crate::llm::Wire) -> Option<crate::llm::Relay> {
+        self.relayed = wire == crate::llm::Wire::Ollama;
+        // Ollama's usage is on its final line, which always goes on.
+        self.relayed.then_some(crate::llm::Relay { usage: true })
+    }
+
+    fn verbatim(&mut self, bytes: Bytes) -> Option<Bytes> {
+        Some(bytes)
     }
 }
 

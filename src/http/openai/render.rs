@@ -208,9 +208,9 @@ impl Render for Sse {
         frame(&OpenAi::error_body(e))
     }
 
-    fn relay(&mut self) -> Option<crate::llm::Relay> {
-        self.relayed = true;
-        Some(crate::llm::Relay {
+    fn relay(&mut self, wire: crate::llm::Wire) -> Option<crate::llm::Relay> {
+        self.relayed = wire == crate::llm::Wire::OpenAi;
+        self.relayed.then_some(crate::llm::Relay {
             usage: self.include_usage,
         })
     }
@@ -381,18 +381,11 @@ impl HttpRender for Sse {
     const CONTENT_TYPE: &'static str = "text/event-stream";
 
     fn whole(&self, answer: &Answer, _timing: Timing) -> Value {
-        if let Some(body) = &answer.verbatim {
-            // The upstream's answer, which the gateway read as JSON already.
-            return serde_json::from_slice(body).unwrap_or_default();
-        }
         // Plain fields always have a JSON form.
         serde_json::to_value(self.whole_body(answer)).unwrap_or_default()
     }
 
     fn whole_bytes(&self, answer: &Answer, _timing: Timing) -> Vec<u8> {
-        if let Some(body) = &answer.verbatim {
-            return body.to_vec();
-        }
         // Serialising plain fields into memory cannot fail.
         serde_json::to_vec(&self.whole_body(answer)).unwrap_or_default()
     }
