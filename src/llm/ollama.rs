@@ -332,7 +332,8 @@ fn ndjson_chunks(
                         false => Vec::new(),
                     };
                     if !read.iter().any(Result::is_err) && !line.trim_ascii().is_empty() {
-                        framed.extend_from_slice(line);
+                        // Text goes on as UTF-8, as when the gateway writes the lines.
+                        framed.extend_from_slice(String::from_utf8_lossy(line).as_bytes());
                         deltas += u32::from(found.content);
                     }
                     read

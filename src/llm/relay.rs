@@ -6,13 +6,11 @@
 //! errors, finish, usage and the tool-call bound are what they always are. The rest,
 //! nearly every event of an answer, goes on without being parsed.
 //!
-//! A key is found as its name in quotes followed by a colon: inside a JSON string every
-//! quote is escaped, so `"usage"` there is either a whole string value (never followed by
-//! a colon) or not there at all.
-
-use std::sync::LazyLock;
-
-use aho_corasick::AhoCorasick;
+//! A key is found from the colon after it: the colon's event text ends with the key's
+//! name in quotes. Inside a JSON string every quote is escaped, so text that only looks
+//! like a key there (`\"usage\": 1`) ends in a backslash, not in the name. One pass
+//! over the colons (`memchr`) costs about a quarter of the instructions an Aho-Corasick
+//! search for the quoted names took on the same event (counted with valgrind).
 
 use super::Relay;
 
@@ -31,48 +29,51 @@ enum Role {
 
 /// The keys one wire's events are scanned for.
 pub(super) struct Keys {
-    automaton: AhoCorasick,
-    roles: Vec<Role>,
+    keys: &'static [(&'static [u8], Role)],
     /// The wire has a usage event of its own (OpenAI's, without choices).
     usage_event: bool,
 }
 
-impl Keys {
-    fn new(keys: &[(&str, Role)]) -> Self {
-        let patterns: Vec<String> = keys.iter().map(|(k, _)| format!("\"{k}\"")).collect();
-        Self {
-            // A handful of short literals: building cannot fail.
-            automaton: AhoCorasick::new(patterns).unwrap_or_else(|_| unreachable!()),
-            roles: keys.iter().map(|(_, r)| *r).collect(),
-            usage_event: keys.iter().any(|(_, r)| *r == Role::Choices),
-        }
-    }
-}
-
 /// OpenAI's chat and text completion events.
-pub(super) static OPENAI: LazyLock<Keys> = LazyLock::new(|| {
-    Keys::new(&[
-        ("error", Role::Read),
-        ("usage", Role::Read),
-        ("tool_calls", Role::Read),
-        ("function_call", Role::Read),
-        ("finish_reason", Role::Read),
-        ("content", Role::Content),
-        ("text", Role::Content),
-        ("choices", Role::Choices),
-    ])
-});
+pub(super) const OPENAI: Keys = Keys {
+    keys: &[
+        (b"error", Role::Read),
+        (b"usage", Role::Read),
+        (b"tool_calls", Role::Read),
+        (b"function_call", Role::Read),
+        (b"finish_reason", Role::Read),
+        (b"content", Role::Content),
+        (b"text", Role::Content),
+        (b"choices", Role::Choices),
+    ],
+    usage_event: true,
+};
 
 /// Ollama's `/api/chat` and `/api/generate` lines.
-pub(super) static OLLAMA: LazyLock<Keys> = LazyLock::new(|| {
-    Keys::new(&[
-        ("error", Role::Read),
-        ("tool_calls", Role::Read),
-        ("done", Role::ReadIfTrue),
-        ("content", Role::Content),
-        ("response", Role::Content),
-    ])
-});
+pub(super) const OLLAMA: Keys = Keys {
+    keys: &[
+        (b"error", Role::Read),
+        (b"tool_calls", Role::Read),
+        (b"done", Role::ReadIfTrue),
+        (b"content", Role::Content),
+        (b"response", Role::Content),
+    ],
+    usage_event: false,
+};
+
+impl Keys {
+    /// The role of the key whose name (in quotes) `before` ends with.
+    fn role(&self, before: &[u8]) -> Option<Role> {
+        let before = before.trim_ascii_end().strip_suffix(b"\"")?;
+        let last = *before.last()?;
+        self.keys.iter().find_map(|&(name, role)| {
+            (name.last() == Some(&last)
+                && before.ends_with(name)
+                && before[..before.len() - name.len()].ends_with(b"\""))
+            .then_some(role)
+        })
+    }
+}
 
 /// What one scan of an event found.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -90,15 +91,15 @@ pub(super) fn scan(keys: &Keys, data: &[u8]) -> Scanned {
     let mut choices = false;
     let mut found = Scanned {
         // Anything but an object is not an event of either wire: the reader says why.
-        read: data.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{'),
+        read: data.trim_ascii_start().first() != Some(&b'{'),
         ..Scanned::default()
     };
-    for m in keys.automaton.find_iter(data) {
-        let Some(value) = value_after(data, m.end()) else {
-            // Not followed by a colon: a string value, not a key.
+    for colon in memchr::memchr_iter(b':', data) {
+        let Some(role) = keys.role(&data[..colon]) else {
             continue;
         };
-        match keys.roles[m.pattern().as_usize()] {
+        let value = data[colon + 1..].trim_ascii_start();
+        match role {
             Role::Read => found.read |= !value.starts_with(b"null"),
             Role::ReadIfTrue => found.read |= value.starts_with(b"true"),
             Role::Content => {
@@ -111,27 +112,11 @@ pub(super) fn scan(keys: &Keys, data: &[u8]) -> Scanned {
     found
 }
 
-/// The bytes of a key's value: past the colon that follows the key (and whitespace);
-/// `None` when no colon follows.
-fn value_after(data: &[u8], end: usize) -> Option<&[u8]> {
-    let rest = trim_start(&data[end..]);
-    let rest = rest.strip_prefix(b":")?;
-    Some(trim_start(rest))
-}
-
-fn trim_start(bytes: &[u8]) -> &[u8] {
-    let skip = bytes
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(bytes.len());
-    &bytes[skip..]
-}
-
 /// Whether a value is `[]` (whitespace allowed inside).
 fn empty_array(value: &[u8]) -> bool {
     value
         .strip_prefix(b"[")
-        .is_some_and(|rest| trim_start(rest).starts_with(b"]"))
+        .is_some_and(|rest| rest.trim_ascii_start().starts_with(b"]"))
 }
 
 /// Whether an event goes on to the client: all do, but the usage event only when the
@@ -202,7 +187,7 @@ mod tests {
     #[test]
     fn keys_named_in_the_text_are_not_keys() {
         // The model writing about errors, usage and finish reasons, quotes included.
-        let event = br#"{"choices":[{"delta":{"content":"error"},"finish_reason":null,"x":"\"usage\": 1, \"finish_reason\": \"stop\"","usage":null}]}"#;
+        let event = br#"{"choices":[{"delta":{"content":"error"},"finish_reason":null,"x":"\"usage\": 1, \"finish_reason\": \"stop\"","my_usage":{"a":1},"usage":null}]}"#;
         let scanned = scan(&OPENAI, event);
         assert!(!scanned.read && scanned.content);
     }
