@@ -267,6 +267,10 @@ fn sse_chunks(
             };
             // `[DONE]` and a failed event both stop the reading.
             let mut done = false;
+            if relay.is_some() {
+                // The piece's events framed again: its size and a little for the prefixes.
+                framed.reserve(piece.len() + 64);
+            }
             let read = reader.read(&piece, &mut |data| {
                 if data.trim() == "[DONE]" {
                     done = true;

@@ -361,10 +361,13 @@ impl Pipeline {
                     None,
                 ))
             }
+            // The assistant's stages are boxed: their state is most of a chat request's
+            // future, which every request (passthrough's too) would otherwise carry and
+            // copy as it is boxed by the server.
             Route::Assistant if is_fill(&turn.request.input) => {
-                self.run_fill(turn, owner, clock).await
+                Box::pin(self.run_fill(turn, owner, clock)).await
             }
-            Route::Assistant => self.run_assistant(turn, owner, clock).await,
+            Route::Assistant => Box::pin(self.run_assistant(turn, owner, clock)).await,
         }
     }
 
