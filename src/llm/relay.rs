@@ -105,10 +105,15 @@ pub(super) fn scan(keys: &Keys, data: &[u8]) -> Scanned {
             Role::Content => {
                 found.content |= value.first() == Some(&b'"') && value.get(1) != Some(&b'"');
             }
-            Role::Choices => choices = !empty_array(value),
+            // Any choice makes it an answer's event, wherever the key is.
+            Role::Choices => choices |= !empty_array(value),
         }
     }
     found.usage_only = keys.usage_event && !choices;
+    // A key written with escapes (`\u0066inish_reason`) is not what the scan looks for:
+    // an event with any escaped character is read (JSON writers that escape non-ASCII
+    // text send most events so).
+    found.read |= memchr::memmem::find(data, b"\\u").is_some();
     found
 }
 
@@ -190,6 +195,31 @@ mod tests {
         let event = br#"{"choices":[{"delta":{"content":"error"},"finish_reason":null,"x":"\"usage\": 1, \"finish_reason\": \"stop\"","my_usage":{"a":1},"usage":null}]}"#;
         let scanned = scan(&OPENAI, event);
         assert!(!scanned.read && scanned.content);
+    }
+
+    #[test]
+    fn keys_written_with_escapes_or_nested_choices_do_not_fool_it() {
+        // An escaped key is read by the parser, which sees through the escape.
+        assert!(
+            scan(
+                &OPENAI,
+                br#"{"choices":[{"delta":{},"\u0066inish_reason":"stop"}]}"#
+            )
+            .read
+        );
+        // An empty `choices` elsewhere does not make a content event the usage event.
+        for event in [
+            &br#"{"choices":[{"delta":{"content":"x"}}],"m":{"choices":[]}}"#[..],
+            br#"{"m":{"choices":[]},"choices":[{"delta":{"content":"x"}}]}"#,
+            br#"{"a\"choices":[],"choices":[{"delta":{"content":"x"}}]}"#,
+        ] {
+            let scanned = scan(&OPENAI, event);
+            assert!(
+                !scanned.usage_only && scanned.content,
+                "{}",
+                String::from_utf8_lossy(event)
+            );
+        }
     }
 
     #[test]

@@ -148,7 +148,7 @@ impl Resilient {
         ready
     }
 
-    /// One request to one upstream, up to its first chunk.
+    /// One request to one upstream, up to its first chunk (its first content, relayed).
     async fn attempt(&self, target: &Target, request: UpstreamRequest) -> Attempt {
         // The client bounds the wait for headers by the same time; this bounds the whole.
         // A whole answer's first chunk comes with its last: the answer's own bound.
@@ -161,12 +161,27 @@ impl Resilient {
             Ok(chunks) => chunks,
             Err(e) => return Attempt::Failed(e),
         };
-        match tokio::time::timeout_at(deadline, chunks.next()).await {
-            Ok(Some(Ok(first))) => Attempt::Started(
-                futures::stream::once(async { Ok(first) })
-                    .chain(chunks)
-                    .boxed(),
-            ),
+        // A relayed stream's events before its first content (the role event, reasoning)
+        // are held, so that an upstream that fails before its first token is still retried
+        // with nothing sent, as when they are read (bounded: past it, the answer started).
+        let mut held = Vec::new();
+        let mut held_bytes = 0;
+        let first = loop {
+            match tokio::time::timeout_at(deadline, chunks.next()).await {
+                Ok(Some(Ok(Chunk::Verbatim { bytes, deltas: 0 })))
+                    if held_bytes + bytes.len() <= MAX_HELD_BYTES =>
+                {
+                    held_bytes += bytes.len();
+                    held.push(Ok(Chunk::Verbatim { bytes, deltas: 0 }));
+                }
+                first => break first,
+            }
+        };
+        match first {
+            Ok(Some(Ok(first))) => {
+                held.push(Ok(first));
+                Attempt::Started(futures::stream::iter(held).chain(chunks).boxed())
+            }
             Ok(Some(Err(e))) => Attempt::Failed(e),
             Ok(None) => Attempt::Failed(UpstreamError::new(
                 UpstreamErrorKind::Closed,
@@ -307,6 +322,9 @@ impl Resilient {
         }))
     }
 }
+
+/// Most bytes of a relayed answer's events held before its first content.
+const MAX_HELD_BYTES: usize = 64 << 10;
 
 #[async_trait]
 impl ChatModel for Resilient {

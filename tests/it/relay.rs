@@ -38,6 +38,8 @@ async fn relaying_gateway(up: &ScriptedUpstream) -> Gateway {
 async fn gateway_of(up: &ScriptedUpstream, provider: Provider) -> Gateway {
     Gateway::start(up, provider, |s| {
         s.assistant.passthrough = true;
+        s.llm.retry_base = std::time::Duration::from_millis(5);
+        s.llm.retry_max = std::time::Duration::from_millis(50);
         s.server.api_keys = vec![ApiKey {
             name: Some(format!(
                 "relay-{}",
@@ -235,6 +237,35 @@ async fn what_the_gateway_must_know_still_ends_a_relayed_stream() {
     let (_, text) = ask_streamed().await;
     assert!(text.contains("\"error\""), "{text}");
     assert!(!text.contains("[DONE]"), "{text}");
+}
+
+#[tokio::test]
+async fn an_upstream_that_fails_before_its_first_token_is_retried_with_nothing_sent() {
+    let up = ScriptedUpstream::start().await;
+    let gw = relaying_gateway(&up).await;
+    // The role event, then the connection closes: nothing of it reaches the client, and
+    // the next attempt answers.
+    up.push(Reply::Raw {
+        content_type: "text/event-stream",
+        body: format!("data: {}\n\n", EVENTS[0]),
+    });
+    let (status, text) = ask(
+        &gw,
+        "/v1/chat/completions",
+        json!({"model": UPSTREAM_MODEL, "messages": [{"role": "user", "content": "hi"}],
+               "stream": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let events = sse_events(&text);
+    assert_eq!(sse_text(&events), "Hello from upstream");
+    assert_eq!(
+        events.iter().filter(|e| e.contains("\"role\"")).count(),
+        1,
+        "{text}"
+    );
+    assert!(!text.contains("chatcmpl-up-77"), "{text}");
+    assert_eq!(up.requests().len(), 2);
 }
 
 #[tokio::test]
