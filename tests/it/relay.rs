@@ -64,6 +64,26 @@ async fn ask(gw: &Gateway, path: &str, body: Value) -> (u16, String) {
     (r.status().as_u16(), r.text().await.unwrap())
 }
 
+/// The upstream's next reply: this body as it is.
+fn raw(content_type: &'static str, body: impl Into<String>) -> Reply {
+    Reply::Raw {
+        content_type,
+        body: body.into(),
+    }
+}
+
+/// `body` asked at `path` once the upstream's next reply is `reply`.
+async fn ask_after(
+    gw: &Gateway,
+    up: &ScriptedUpstream,
+    reply: Reply,
+    path: &str,
+    body: Value,
+) -> (u16, String) {
+    up.push(reply);
+    ask(gw, path, body).await
+}
+
 async fn usage_totals(gw: &Gateway, requests: u64) -> Value {
     for _ in 0..100 {
         let r = client()
@@ -88,12 +108,10 @@ async fn an_openai_client_gets_the_upstreams_own_events_and_its_usage_is_counted
     let messages = json!([{"role": "user", "content": "hi"}]);
 
     // Without usage asked: every event as the upstream wrote it, but the usage event.
-    up.push(Reply::Raw {
-        content_type: "text/event-stream",
-        body: sse_body(),
-    });
-    let (status, text) = ask(
+    let (status, text) = ask_after(
         &gw,
+        &up,
+        raw("text/event-stream", sse_body()),
         "/v1/chat/completions",
         json!({"model": UPSTREAM_MODEL, "messages": messages, "stream": true}),
     )
@@ -109,12 +127,10 @@ async fn an_openai_client_gets_the_upstreams_own_events_and_its_usage_is_counted
     );
 
     // With usage asked: the usage event too.
-    up.push(Reply::Raw {
-        content_type: "text/event-stream",
-        body: sse_body(),
-    });
-    let (status, text) = ask(
+    let (status, text) = ask_after(
         &gw,
+        &up,
+        raw("text/event-stream", sse_body()),
         "/v1/chat/completions",
         json!({"model": UPSTREAM_MODEL, "messages": messages, "stream": true,
                "stream_options": {"include_usage": true}}),
@@ -140,12 +156,10 @@ async fn a_whole_answer_is_the_upstreams_body() {
     let up = ScriptedUpstream::start().await;
     let gw = relaying_gateway(&up).await;
     let body = r#"{"id": "chatcmpl-up-9", "object": "chat.completion", "created": 1700000000, "model": "up-model:latest", "system_fingerprint": "b4567-up", "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi ✓", "reasoning_content": "short"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}}"#;
-    up.push(Reply::Raw {
-        content_type: "application/json",
-        body: body.into(),
-    });
-    let (status, text) = ask(
+    let (status, text) = ask_after(
         &gw,
+        &up,
+        raw("application/json", body),
         "/v1/chat/completions",
         json!({"model": UPSTREAM_MODEL, "messages": [{"role": "user", "content": "hi"}]}),
     )
@@ -169,12 +183,10 @@ async fn text_completions_are_relayed_too() {
         r#"{"id":"cmpl-up","object":"text_completion","created":1,"model":"up-model:latest","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":6}}"#,
     ];
     let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
-    up.push(Reply::Raw {
-        content_type: "text/event-stream",
-        body: body + "data: [DONE]\n\n",
-    });
-    let (status, text) = ask(
+    let (status, text) = ask_after(
         &gw,
+        &up,
+        raw("text/event-stream", body + "data: [DONE]\n\n"),
         "/v1/completions",
         json!({"model": UPSTREAM_MODEL, "prompt": "def add(a, b):\n", "stream": true}),
     )
@@ -199,13 +211,13 @@ async fn what_the_gateway_must_know_still_ends_a_relayed_stream() {
     };
     // An error event in the middle: the text before it, then OpenAI's error shape, no
     // [DONE].
-    up.push(Reply::Raw {
-        content_type: "text/event-stream",
-        body: format!(
+    up.push(raw(
+        "text/event-stream",
+        format!(
             "data: {}\n\ndata: {}\n\n",
             EVENTS[2], r#"{"error": {"message": "the model crashed", "code": 500}}"#
         ),
-    });
+    ));
     let (status, text) = ask_streamed().await;
     assert_eq!(status, 200, "{text}");
     let events = sse_events(&text);
@@ -221,19 +233,16 @@ async fn what_the_gateway_must_know_still_ends_a_relayed_stream() {
     assert!(!text.contains("[DONE]"));
 
     // A line that is not an OpenAI event is refused, not passed on.
-    up.push(Reply::Raw {
-        content_type: "text/event-stream",
-        body: format!("data: {}\n\ndata: <html>oops</html>\n\n", EVENTS[3]),
-    });
+    up.push(raw(
+        "text/event-stream",
+        format!("data: {}\n\ndata: <html>oops</html>\n\n", EVENTS[3]),
+    ));
     let (_, text) = ask_streamed().await;
     assert!(!text.contains("<html>"), "{text}");
     assert!(text.contains("\"error\""), "{text}");
 
     // A stream that ends without a finish is an error, as without the relay.
-    up.push(Reply::Raw {
-        content_type: "text/event-stream",
-        body: format!("data: {}\n\n", EVENTS[3]),
-    });
+    up.push(raw("text/event-stream", format!("data: {}\n\n", EVENTS[3])));
     let (_, text) = ask_streamed().await;
     assert!(text.contains("\"error\""), "{text}");
     assert!(!text.contains("[DONE]"), "{text}");
@@ -245,12 +254,10 @@ async fn an_upstream_that_fails_before_its_first_token_is_retried_with_nothing_s
     let gw = relaying_gateway(&up).await;
     // The role event, then the connection closes: nothing of it reaches the client, and
     // the next attempt answers.
-    up.push(Reply::Raw {
-        content_type: "text/event-stream",
-        body: format!("data: {}\n\n", EVENTS[0]),
-    });
-    let (status, text) = ask(
+    let (status, text) = ask_after(
         &gw,
+        &up,
+        raw("text/event-stream", format!("data: {}\n\n", EVENTS[0])),
         "/v1/chat/completions",
         json!({"model": UPSTREAM_MODEL, "messages": [{"role": "user", "content": "hi"}],
                "stream": true}),
@@ -280,22 +287,23 @@ async fn tools_other_dialects_and_the_assistant_are_rendered_by_the_gateway() {
         json!({"model": UPSTREAM_MODEL, "messages": messages, "stream": true, "tools": [tool]}),
         json!({"model": "brunix", "messages": messages, "stream": true}),
     ] {
-        up.push(Reply::Raw {
-            content_type: "text/event-stream",
-            body: sse_body(),
-        });
-        let (status, text) = ask(&gw, "/v1/chat/completions", body).await;
+        let (status, text) = ask_after(
+            &gw,
+            &up,
+            raw("text/event-stream", sse_body()),
+            "/v1/chat/completions",
+            body,
+        )
+        .await;
         assert_eq!(status, 200, "{text}");
         assert!(!text.contains("chatcmpl-up-77"), "{text}");
         assert!(!text.contains("system_fingerprint\": \"b4567"), "{text}");
     }
     // Ollama's dialect against the same upstream: Ollama's lines.
-    up.push(Reply::Raw {
-        content_type: "text/event-stream",
-        body: sse_body(),
-    });
-    let (status, text) = ask(
+    let (status, text) = ask_after(
         &gw,
+        &up,
+        raw("text/event-stream", sse_body()),
         "/api/chat",
         json!({"model": UPSTREAM_MODEL, "messages": messages}),
     )
@@ -320,10 +328,7 @@ async fn an_ollama_client_gets_ollamas_own_lines() {
     let up = ScriptedUpstream::start().await;
     let gw = gateway_of(&up, Provider::Ollama).await;
     let body: String = LINES.iter().map(|l| format!("{l}\n")).collect();
-    up.push(Reply::Raw {
-        content_type: "application/x-ndjson",
-        body: body.clone(),
-    });
+    up.push(raw("application/x-ndjson", body.clone()));
     let messages = json!([{"role": "user", "content": "hi"}]);
     let (status, text) = ask(
         &gw,
@@ -335,12 +340,10 @@ async fn an_ollama_client_gets_ollamas_own_lines() {
 
     // A whole answer: Ollama's one object, as it came.
     let whole = LINES[3].replace(r#""content":"""#, r#""content":"Hi ✓""#);
-    up.push(Reply::Raw {
-        content_type: "application/json",
-        body: whole.clone(),
-    });
-    let (status, text) = ask(
+    let (status, text) = ask_after(
         &gw,
+        &up,
+        raw("application/json", whole.clone()),
         "/api/chat",
         json!({"model": UPSTREAM_MODEL, "messages": messages, "stream": false}),
     )
@@ -364,12 +367,10 @@ async fn an_ollama_client_gets_ollamas_own_lines() {
         ),
         (String::new(), "done"),
     ] {
-        up.push(Reply::Raw {
-            content_type: "application/x-ndjson",
-            body: format!("{}\n{tail}", LINES[1]),
-        });
-        let (status, text) = ask(
+        let (status, text) = ask_after(
             &gw,
+            &up,
+            raw("application/x-ndjson", format!("{}\n{tail}", LINES[1])),
             "/api/chat",
             json!({"model": UPSTREAM_MODEL, "messages": messages}),
         )
@@ -382,10 +383,7 @@ async fn an_ollama_client_gets_ollamas_own_lines() {
     }
 
     // An OpenAI client of the same Ollama upstream: the gateway's own OpenAI events.
-    up.push(Reply::Raw {
-        content_type: "application/x-ndjson",
-        body,
-    });
+    up.push(raw("application/x-ndjson", body));
     let (status, text) = ask(
         &gw,
         "/v1/chat/completions",
