@@ -208,11 +208,12 @@ impl Render for Sse {
         frame(&OpenAi::error_body(e))
     }
 
+    /// Not when the client asked for the usage event: upstreams that ignore
+    /// `stream_options` (llama.cpp's Python server) send none, and the gateway's own
+    /// rendering then writes it with the usage it estimated.
     fn relay(&mut self, wire: crate::llm::Wire) -> Option<crate::llm::Relay> {
-        self.relayed = wire == crate::llm::Wire::OpenAi;
-        self.relayed.then_some(crate::llm::Relay {
-            usage: self.include_usage,
-        })
+        self.relayed = wire == crate::llm::Wire::OpenAi && !self.include_usage;
+        self.relayed.then_some(crate::llm::Relay { usage: false })
     }
 
     fn verbatim(&mut self, bytes: Bytes) -> Option<Bytes> {
