@@ -67,8 +67,8 @@ struct State {
     flush_done: u64,
     /// Stopping: what is still queued is sent until this deadline.
     stop: Option<Instant>,
-    /// Bytes the last full batch held: a new batch's room, so that its buffer seldom
-    /// grows (growing copies it).
+    /// Bytes the last batch sent held (full, or sent on the timer): a new batch's room,
+    /// so that its buffer seldom grows (growing copies it).
     full_batch: usize,
 }
 
@@ -140,6 +140,11 @@ fn export(
                 || Instant::now() >= due;
             let mut batches: Vec<Batch> = state.full.drain(..).collect();
             if all {
+                // A batch sent on the timer sizes the next one too: most never fill, and
+                // one started small grows (and is copied) several times on its way.
+                if let Some(largest) = state.open.iter().map(Batch::size).max() {
+                    state.full_batch = largest;
+                }
                 batches.append(&mut state.open);
                 due = Instant::now() + delay;
             }
