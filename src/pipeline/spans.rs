@@ -24,7 +24,7 @@ impl Pipeline {
         if !current.is_recording() {
             return trace::Span::none();
         }
-        let name = format!("{operation} {}", request.model);
+        let name = trace::span_name(operation, &request.model);
         // One string for both attributes.
         let model: std::sync::Arc<str> = request.model.as_str().into();
         let span = current.child_of_kind(name, SpanKind::Client, || {

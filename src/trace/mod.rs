@@ -396,7 +396,7 @@ pub fn request_span(
     // method's full name; MCP's its tool.
     let name: Cow<'static, str> = match dialect {
         "grpc" | "mcp" => Cow::Borrowed(route),
-        _ => Cow::Borrowed(post_route(route)),
+        _ => span_name("POST", route),
     };
     // Most requests carry no `traceparent`: looked up by a name made once, and the
     // propagator (which parses both names from text) asked only when there is one; a
@@ -421,26 +421,31 @@ pub fn request_span(
     })
 }
 
-/// `POST {route}`, made once per route (routes are the server's own static paths, a
-/// handful): the name of every HTTP request's span, without a string made each time.
-/// Found by a scan of the few known, by address first (no hashing of the path).
-fn post_route(route: &'static str) -> &'static str {
-    static NAMES: std::sync::Mutex<Vec<(&'static str, &'static str)>> =
+/// A span's name `{verb} {object}` (`POST /v1/chat/completions`, `chat qwen2.5-coder`),
+/// made once for each pair and kept: every request's spans are named without a string
+/// formatted each time (about 700 instructions a name). The pairs are few (the server's
+/// routes, the upstream's models); past [`MAX_NAMES`] of them, names are made each time.
+pub fn span_name(verb: &'static str, object: &str) -> Cow<'static, str> {
+    static NAMES: std::sync::Mutex<Vec<(&'static str, &'static str, &'static str)>> =
         std::sync::Mutex::new(Vec::new());
     let mut names = NAMES
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let known = names
-        .iter()
-        .find(|(r, _)| std::ptr::eq(*r, route))
-        .or_else(|| names.iter().find(|(r, _)| *r == route));
-    if let Some((_, name)) = known {
-        return name;
+    if let Some((_, _, name)) = names.iter().find(|(v, o, _)| *o == object && *v == verb) {
+        return Cow::Borrowed(name);
     }
-    let name: &'static str = Box::leak(format!("POST {route}").into_boxed_str());
-    names.push((route, name));
-    name
+    let name = format!("{verb} {object}");
+    if names.len() >= MAX_NAMES {
+        return Cow::Owned(name);
+    }
+    let name: &'static str = Box::leak(name.into_boxed_str());
+    let object: &'static str = &name[verb.len() + 1..];
+    names.push((verb, object, name));
+    Cow::Borrowed(name)
 }
+
+/// Most span names [`span_name`] keeps.
+const MAX_NAMES: usize = 256;
 
 /// Messages in the GenAI conventions' shape (`gen_ai.input.messages`,
 /// `gen_ai.output.messages`): `[{"role", "parts": [{"type": "text", "content"}]}]`.
@@ -525,6 +530,23 @@ mod tests {
         let m = messages_json([("user", "hi")]);
         let v: serde_json::Value = serde_json::from_str(&m).unwrap();
         assert_eq!(v[0]["parts"][0]["content"], "hi");
+    }
+
+    #[test]
+    fn span_names_are_made_once_per_pair() {
+        let model = String::from("qwen2.5-coder");
+        let first = span_name("chat", &model);
+        let again = span_name("chat", &model.clone());
+        assert_eq!(first, "chat qwen2.5-coder");
+        match (&first, &again) {
+            (Cow::Borrowed(a), Cow::Borrowed(b)) => assert!(std::ptr::eq(*a, *b)),
+            other => panic!("kept: {other:?}"),
+        }
+        assert_eq!(
+            span_name("text_completion", &model),
+            "text_completion qwen2.5-coder"
+        );
+        assert_eq!(span_name("POST", "/v1/completions"), "POST /v1/completions");
     }
 
     #[test]
