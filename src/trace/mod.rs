@@ -29,7 +29,7 @@ use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{SpanExporter, WithExportConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SpanProcessor};
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor};
 use opentelemetry_sdk::Resource;
 
 use crate::config::{OtlpProtocol, TelemetrySettings};
@@ -79,7 +79,7 @@ impl Tracing {
             .with_service_name(settings.service_name.clone())
             .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
             .build();
-        let processor: Box<dyn SpanProcessor> = match settings.otlp_protocol {
+        let sink = match settings.otlp_protocol {
             OtlpProtocol::Http => {
                 let client = reqwest::Client::builder()
                     .connect_timeout(Duration::from_secs(5))
@@ -104,7 +104,7 @@ impl Tracing {
                     settings.max_queue_spans,
                     settings.export_delay,
                 )?;
-                Box::new(queue)
+                record::Sink::Queue(queue)
             }
             OtlpProtocol::Grpc => {
                 use opentelemetry_otlp::WithTonicConfig;
@@ -127,15 +127,15 @@ impl Tracing {
                     .build();
                 // OTLP/HTTP's failures are said where its requests are sent
                 // (`otlp::Sender`), with their kind; gRPC's here, from the export's result.
-                Box::new(
+                record::Sink::Processor(Box::new(
                     BatchSpanProcessor::builder(Watched { inner: exporter })
                         .with_batch_config(batch)
                         .build(),
-                )
+                ))
             }
         };
         if RECORDER
-            .set(record::Recorder::new(processor, &resource))
+            .set(record::Recorder::new(sink, &resource))
             .is_err()
         {
             anyhow::bail!("traces: the exporter is already set up");

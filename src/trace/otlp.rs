@@ -15,7 +15,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use opentelemetry::trace::{SpanKind, Status};
+use opentelemetry::trace::{Event, Link, SpanContext, SpanId, SpanKind, Status};
 use opentelemetry::{Array, InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::SpanData;
@@ -228,19 +228,62 @@ fn flags(trace_flags: u8, remote: bool) -> u32 {
     u32::from(trace_flags) | HAS_IS_REMOTE | if remote { IS_REMOTE } else { 0 }
 }
 
-fn span(buf: &mut Vec<u8>, span: &SpanData) {
-    let context = &span.span_context;
+/// What encoding a span reads: the SDK's `SpanData` (gRPC's processor hands the queue
+/// none, but tests and other processors do), or the recorder's own span where it ends,
+/// without first moving it into a `SpanData`.
+pub struct Ended<'a> {
+    pub span_context: &'a SpanContext,
+    pub parent_span_id: SpanId,
+    pub parent_span_is_remote: bool,
+    pub span_kind: &'a SpanKind,
+    pub name: &'a str,
+    pub start_time: SystemTime,
+    pub end_time: SystemTime,
+    pub attributes: &'a [KeyValue],
+    pub dropped_attributes_count: u32,
+    pub events: &'a [Event],
+    pub dropped_events: u32,
+    pub links: &'a [Link],
+    pub dropped_links: u32,
+    pub status: &'a Status,
+    pub scope: &'a InstrumentationScope,
+}
+
+impl<'a> From<&'a SpanData> for Ended<'a> {
+    fn from(span: &'a SpanData) -> Self {
+        Self {
+            span_context: &span.span_context,
+            parent_span_id: span.parent_span_id,
+            parent_span_is_remote: span.parent_span_is_remote,
+            span_kind: &span.span_kind,
+            name: &span.name,
+            start_time: span.start_time,
+            end_time: span.end_time,
+            attributes: &span.attributes,
+            dropped_attributes_count: span.dropped_attributes_count,
+            events: &span.events.events,
+            dropped_events: span.events.dropped_count,
+            links: &span.links.links,
+            dropped_links: span.links.dropped_count,
+            status: &span.status,
+            scope: &span.instrumentation_scope,
+        }
+    }
+}
+
+fn span(buf: &mut Vec<u8>, span: &Ended<'_>) {
+    let context = span.span_context;
     bytes(buf, 1, &context.trace_id().to_bytes());
     bytes(buf, 2, &context.span_id().to_bytes());
     // Most spans have no trace state: no header string made for them.
     if context.trace_state() != &opentelemetry::trace::TraceState::NONE {
         string(buf, 3, &context.trace_state().header());
     }
-    if span.parent_span_id != opentelemetry::trace::SpanId::INVALID {
+    if span.parent_span_id != SpanId::INVALID {
         bytes(buf, 4, &span.parent_span_id.to_bytes());
     }
-    string(buf, 5, &span.name);
-    let kind = match span.span_kind {
+    string(buf, 5, span.name);
+    let kind = match *span.span_kind {
         SpanKind::Internal => 1,
         SpanKind::Server => 2,
         SpanKind::Client => 3,
@@ -250,9 +293,9 @@ fn span(buf: &mut Vec<u8>, span: &SpanData) {
     uint(buf, 6, kind);
     fixed64(buf, 7, nanos(span.start_time));
     fixed64(buf, 8, nanos(span.end_time));
-    key_values(buf, 9, &span.attributes);
+    key_values(buf, 9, span.attributes);
     uint(buf, 10, u64::from(span.dropped_attributes_count));
-    for event in span.events.iter() {
+    for event in span.events {
         nested(buf, 11, |buf| {
             fixed64(buf, 1, nanos(event.timestamp));
             string(buf, 2, &event.name);
@@ -260,8 +303,8 @@ fn span(buf: &mut Vec<u8>, span: &SpanData) {
             uint(buf, 4, u64::from(event.dropped_attributes_count));
         });
     }
-    uint(buf, 12, u64::from(span.events.dropped_count));
-    for link in span.links.iter() {
+    uint(buf, 12, u64::from(span.dropped_events));
+    for link in span.links {
         nested(buf, 13, |buf| {
             let context = &link.span_context;
             bytes(buf, 1, &context.trace_id().to_bytes());
@@ -276,9 +319,9 @@ fn span(buf: &mut Vec<u8>, span: &SpanData) {
             );
         });
     }
-    uint(buf, 14, u64::from(span.links.dropped_count));
+    uint(buf, 14, u64::from(span.dropped_links));
     // The SDK's conversion always sends a status, `Unset` included.
-    nested(buf, 15, |buf| match &span.status {
+    nested(buf, 15, |buf| match span.status {
         Status::Error { description } => {
             string(buf, 2, description);
             uint(buf, 3, 2);
@@ -360,12 +403,12 @@ impl Batch {
     }
 
     /// Whether `span` belongs in this batch (its scope is this batch's).
-    pub fn takes(&self, span: &SpanData) -> bool {
-        same_scope(&self.scope, &span.instrumentation_scope)
+    pub fn takes(&self, span: &Ended<'_>) -> bool {
+        same_scope(&self.scope, span.scope)
     }
 
     /// Appends `span` (of this batch's scope).
-    pub fn push(&mut self, span: &SpanData) {
+    pub fn push(&mut self, span: &Ended<'_>) {
         debug_assert!(self.takes(span));
         nested_in(&mut self.buf, 2, 2, |buf| self::span(buf, span));
         self.spans += 1;
@@ -722,10 +765,11 @@ pub(super) mod tests {
         let encoded = self::resource(resource);
         let mut batches: Vec<Batch> = Vec::new();
         for s in spans {
+            let s = &Ended::from(s);
             match batches.iter_mut().find(|b| b.takes(s)) {
                 Some(batch) => batch.push(s),
                 None => {
-                    let mut batch = Batch::new(&s.instrumentation_scope, encoded.len(), 0);
+                    let mut batch = Batch::new(s.scope, encoded.len(), 0);
                     batch.push(s);
                     batches.push(batch);
                 }
@@ -772,7 +816,7 @@ pub(super) mod tests {
         let (resource, spans) = batch();
         let gateway = spans[0].instrumentation_scope.clone();
         let mut batch = Batch::new(&gateway, 0, 0);
-        batch.push(&spans[0]);
+        batch.push(&Ended::from(&spans[0]));
         let encoded = self::resource(&resource);
         let ours = batch.finish(&encoded, resource.schema_url().unwrap_or_default());
         let expected = reference(&resource, vec![spans[0].clone()]);

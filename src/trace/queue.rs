@@ -23,7 +23,7 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use opentelemetry_sdk::Resource;
 
-use super::otlp::{self, Batch, Sender};
+use super::otlp::{self, Batch, Ended, Sender};
 
 /// Most spans one request carries (the SDK's default batch).
 const BATCH_SPANS: usize = 512;
@@ -211,10 +211,10 @@ impl Drop for Queue {
     }
 }
 
-impl SpanProcessor for Queue {
-    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
-
-    fn on_end(&self, span: SpanData) {
+impl Queue {
+    /// Encodes `span`, ended, into its batch (the recorder's spans come here directly;
+    /// `on_end` is for spans that come as the SDK's).
+    pub fn end(&self, span: &Ended<'_>) {
         let mut state = self.shared.lock();
         if state.stop.is_some() {
             return;
@@ -225,11 +225,11 @@ impl SpanProcessor for Queue {
             return;
         }
         let resource_len = state.resource.0.len();
-        let at = match state.open.iter().rposition(|b| b.takes(&span)) {
+        let at = match state.open.iter().rposition(|b| b.takes(span)) {
             Some(at) => at,
             None => {
                 let room = state.full_batch.min(MAX_BYTES / 8);
-                let batch = Batch::new(&span.instrumentation_scope, resource_len, room);
+                let batch = Batch::new(span.scope, resource_len, room);
                 state.bytes += batch.capacity();
                 state.open.push(batch);
                 state.open.len() - 1
@@ -237,7 +237,7 @@ impl SpanProcessor for Queue {
         };
         // The bound counts what the buffers hold room for, not only what they hold.
         let before = state.open[at].capacity();
-        state.open[at].push(&span);
+        state.open[at].push(span);
         let grown = state.open[at].capacity() - before;
         state.spans += 1;
         state.bytes += grown;
@@ -247,6 +247,14 @@ impl SpanProcessor for Queue {
             state.full.push_back(full);
             self.shared.work.notify_one();
         }
+    }
+}
+
+impl SpanProcessor for Queue {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        self.end(&Ended::from(&span));
     }
 
     fn force_flush(&self) -> OTelSdkResult {

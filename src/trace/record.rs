@@ -25,10 +25,30 @@ use opentelemetry_sdk::trace::{
 };
 use opentelemetry_sdk::Resource;
 
-/// Makes spans and hands the ended ones to its processor.
+use super::otlp::Ended;
+
+/// Where ended spans go.
+#[derive(Debug)]
+pub(super) enum Sink {
+    /// The gateway's queue (OTLP/HTTP): given each span where it ends, read in place.
+    Queue(super::queue::Queue),
+    /// A processor of the SDK's (OTLP/gRPC's batch processor), given the SDK's `SpanData`.
+    Processor(Box<dyn SpanProcessor>),
+}
+
+impl Sink {
+    fn processor(&self) -> &dyn SpanProcessor {
+        match self {
+            Self::Queue(queue) => queue,
+            Self::Processor(processor) => processor.as_ref(),
+        }
+    }
+}
+
+/// Makes spans and hands the ended ones to its sink.
 #[derive(Debug)]
 pub(super) struct Recorder {
-    processor: Box<dyn SpanProcessor>,
+    sink: Sink,
     /// The sampler, the ids and the limits, as the SDK's tracer would have them.
     config: Config,
     scope: InstrumentationScope,
@@ -36,11 +56,14 @@ pub(super) struct Recorder {
 }
 
 impl Recorder {
-    /// A recorder whose spans go to `processor`, sent with `resource`.
-    pub(super) fn new(mut processor: Box<dyn SpanProcessor>, resource: &Resource) -> Self {
-        processor.set_resource(resource);
+    /// A recorder whose spans go to `sink`, sent with `resource`.
+    pub(super) fn new(mut sink: Sink, resource: &Resource) -> Self {
+        match &mut sink {
+            Sink::Queue(queue) => queue.set_resource(resource),
+            Sink::Processor(processor) => processor.set_resource(resource),
+        }
         Self {
-            processor,
+            sink,
             config: Config::default(),
             scope: InstrumentationScope::builder("assist-gateway").build(),
             stopped: AtomicBool::new(false),
@@ -94,7 +117,10 @@ impl Recorder {
         };
         let context = SpanContext::new(trace_id, span_id, flags, false, sampling.trace_state);
         let data = recorded.then(|| {
-            attributes.extend(sampling.attributes);
+            // Most samplers add none (the default's never do): no empty extend.
+            if !sampling.attributes.is_empty() {
+                attributes.extend(sampling.attributes);
+            }
             let dropped_attributes = cut(
                 &mut attributes,
                 self.config.span_limits.max_attributes_per_span,
@@ -126,7 +152,7 @@ impl Recorder {
     /// holds within `timeout` (blocks).
     pub(super) fn stop(&self, timeout: std::time::Duration) -> OTelSdkResult {
         self.stopped.store(true, Ordering::Relaxed);
-        self.processor.shutdown_with_timeout(timeout)
+        self.sink.processor().shutdown_with_timeout(timeout)
     }
 }
 
@@ -174,13 +200,36 @@ impl Recording {
             return;
         }
         let end_time = end.unwrap_or_else(opentelemetry::time::now);
+        let processor = match &self.recorder.sink {
+            Sink::Queue(queue) => {
+                queue.end(&Ended {
+                    span_context: &self.context,
+                    parent_span_id: data.parent_span_id,
+                    parent_span_is_remote: data.parent_is_remote,
+                    span_kind: &data.kind,
+                    name: &data.name,
+                    start_time: data.start,
+                    end_time,
+                    attributes: &data.attributes,
+                    dropped_attributes_count: data.dropped_attributes,
+                    events: &data.events,
+                    dropped_events: data.dropped_events,
+                    links: &data.links,
+                    dropped_links: data.dropped_links,
+                    status: &data.status,
+                    scope: &self.recorder.scope,
+                });
+                return;
+            }
+            Sink::Processor(processor) => processor,
+        };
         let mut events = SpanEvents::default();
         events.events = data.events;
         events.dropped_count = data.dropped_events;
         let mut links = SpanLinks::default();
         links.links = data.links;
         links.dropped_count = data.dropped_links;
-        self.recorder.processor.on_end(SpanData {
+        processor.on_end(SpanData {
             span_context: self.context.clone(),
             parent_span_id: data.parent_span_id,
             parent_span_is_remote: data.parent_is_remote,
@@ -308,7 +357,10 @@ mod tests {
     fn recorder() -> (&'static Recorder, Kept) {
         let kept = Kept::default();
         let resource = Resource::builder_empty().build();
-        let recorder = Box::leak(Box::new(Recorder::new(Box::new(kept.clone()), &resource)));
+        let recorder = Box::leak(Box::new(Recorder::new(
+            Sink::Processor(Box::new(kept.clone())),
+            &resource,
+        )));
         (recorder, kept)
     }
 
@@ -367,6 +419,79 @@ mod tests {
         assert_eq!(child.status, Status::error("timeout"));
         assert!(child.start_time <= child.end_time && child.end_time <= root.end_time);
         assert_eq!(child.instrumentation_scope.name(), "assist-gateway");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn spans_reach_the_queue_read_in_place_as_a_processor_gets_them() {
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use prost::Message as _;
+
+        let (url, got) = crate::trace::otlp::tests::collector(Vec::new()).await;
+        let sender = super::super::otlp::Sender::new(
+            reqwest::Client::new(),
+            url,
+            reqwest::header::HeaderMap::new(),
+            std::time::Duration::from_secs(5),
+        );
+        let queue = super::super::queue::Queue::start(
+            sender,
+            tokio::runtime::Handle::current(),
+            100,
+            std::time::Duration::from_secs(3600),
+        )
+        .unwrap();
+        let resource = Resource::builder_empty().build();
+        let recorder: &'static Recorder =
+            Box::leak(Box::new(Recorder::new(Sink::Queue(queue), &resource)));
+        let root = recorder.start(
+            &remote(TraceFlags::SAMPLED),
+            "POST /v1/chat/completions".into(),
+            SpanKind::Server,
+            vec![KeyValue::new("assist.dialect", "openai")],
+        );
+        let child = recorder.start(&root, "chat m".into(), SpanKind::Client, Vec::new());
+        child
+            .span()
+            .set_attribute(KeyValue::new("gen_ai.usage.output_tokens", 20));
+        child.span().add_event("first token", Vec::new());
+        child.span().set_status(Status::error("timeout"));
+        let (root_id, child_id) = (
+            root.span().span_context().span_id(),
+            child.span().span_context().span_id(),
+        );
+        drop(child);
+        drop(root);
+        tokio::task::spawn_blocking(move || recorder.stop(std::time::Duration::from_secs(5)))
+            .await
+            .unwrap()
+            .unwrap();
+        let bodies = got.lock().unwrap().clone();
+        assert_eq!(bodies.len(), 1, "one export");
+        let request = ExportTraceServiceRequest::decode(&bodies[0][..]).unwrap();
+        let scope = &request.resource_spans[0].scope_spans[0];
+        assert_eq!(scope.scope.as_ref().unwrap().name, "assist-gateway");
+        let [child, root] = &scope.spans[..] else {
+            panic!("two spans: {:?}", scope.spans);
+        };
+        assert_eq!(root.name, "POST /v1/chat/completions");
+        assert_eq!(root.kind, 2, "server");
+        assert_eq!(root.span_id, root_id.to_bytes());
+        assert_eq!(root.parent_span_id, 0x00f0_67aa_0ba9_02b7_u64.to_be_bytes());
+        assert_eq!(root.trace_state, "vendor=x");
+        assert_eq!(root.flags, 0x301, "sampled, its parent remote");
+        assert_eq!(root.attributes[0].key, "assist.dialect");
+        assert_eq!(child.name, "chat m");
+        assert_eq!(child.kind, 3, "client");
+        assert_eq!(child.span_id, child_id.to_bytes());
+        assert_eq!(child.parent_span_id, root_id.to_bytes());
+        assert_eq!(child.trace_id, root.trace_id);
+        assert_eq!(child.flags, 0x101, "sampled, its parent local");
+        assert_eq!(child.attributes[0].key, "gen_ai.usage.output_tokens");
+        assert_eq!(child.events[0].name, "first token");
+        let status = child.status.as_ref().unwrap();
+        assert_eq!((status.code, status.message.as_str()), (2, "timeout"));
+        assert!(child.start_time_unix_nano <= child.end_time_unix_nano);
+        assert!(child.end_time_unix_nano <= root.end_time_unix_nano);
     }
 
     #[test]
