@@ -6,7 +6,7 @@
 #   1. installs Debian's valgrind when it is missing (root, or sudo without a password;
 #      otherwise it says what to install);
 #   2. builds the release gateway and the bench (benches/trace_cost.rs);
-#   3. runs the gateway under valgrind's cachegrind, untraced and traced, for the
+#   3. runs the gateway under valgrind's callgrind, untraced and traced, for the
 #      passthrough and brunix rows, and prints one table (stdout; progress on stderr).
 #
 # Scale it with the TRACE_COST_* variables listed at the top of benches/trace_cost.rs, e.g.

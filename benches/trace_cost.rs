@@ -4,23 +4,28 @@
 //! Throughput and CPU time per answer scatter by ±20 % between runs on a virtual machine,
 //! more than the 5 % to be shown, so this benchmark counts what does not scatter: the
 //! instructions the gateway's process executes (every thread: the runtime's workers and
-//! the exporter's), under valgrind's `cachegrind` with its cache simulation off.
+//! the exporter's), under valgrind's `callgrind` (no cache simulation).
 //!
 //! For each target (`passthrough`: the upstream's model forwarded; `brunix`: the assistant
 //! pipeline, rules classifier, BM25 over `examples/knowledge`), untraced and traced (spans
 //! exported over OTLP/HTTP to a receiver in this process, which answers as a collector
-//! does), the release gateway is started under valgrind twice: once answering
-//! `TRACE_COST_WARM` (100) questions, once `TRACE_COST_WARM + TRACE_COST_N` (100 + 2,000),
-//! then stopped with SIGTERM (the exporter flushes what it holds). The difference between
-//! the two runs' counts over `TRACE_COST_N` is the instructions one answer costs, start-up
-//! and warm-up taken out. Answers alternate streamed and whole, four at a time, 20 tokens
-//! each from the scripted upstream (in this process, OpenAI's SSE byte for byte).
-//! `TRACE_COST_REPEAT` (3) pairs of runs per row show how steady the count is.
+//! does), the release gateway is started under callgrind with its counting off; it answers
+//! `TRACE_COST_WARM` (100) questions, then counting is switched on (`callgrind_control
+//! -i on`) for `TRACE_COST_N` (2,000) more, and off again; their count over
+//! `TRACE_COST_N` is the instructions one answer costs. Start-up and warm-up are not
+//! counted at all: the earlier way (two runs of 100 and 2,100 answers, subtracted) kept
+//! the scatter of work done once at start, such as the metrics clock's calibration,
+//! whose length is timed in wall-clock time (up to about 2,000 instructions an answer
+//! between two runs, a tenth of what tracing costs). Traced, each switch waits for the
+//! exporter's next export first, so the count holds the sending of exactly the counted
+//! answers' spans. Answers alternate streamed and whole, four at a time, 20 tokens each
+//! from the scripted upstream (in this process, OpenAI's SSE byte for byte).
+//! `TRACE_COST_REPEAT` (3) runs per row show how steady the count is.
 //!
 //! Environment: TRACE_COST_N, TRACE_COST_WARM, TRACE_COST_REPEAT, TRACE_COST_TARGETS
 //! [passthrough,brunix], TRACE_COST_VALGRIND [valgrind], TRACE_COST_KEEP [none]: a
-//! directory to keep cachegrind's counts per function in (`{target}-{traced|untraced}-
-//! {answers}.cg`, for `cg_diff` and `cg_annotate`: where the difference goes).
+//! directory to keep callgrind's counts per function in (`{target}-{traced|untraced}-
+//! {run}.callgrind`, for `callgrind_annotate`: where the difference goes).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -45,21 +50,43 @@ const QUESTION: &str = "Which environment variable overrides the server port?";
 /// Answers in flight at once.
 const CLIENTS: usize = 4;
 
-/// The instructions valgrind counted for one run of the gateway, from its log's
-/// "I refs:" line (e.g. `==123== I   refs:      189,145,439`).
-fn instructions(log: &std::path::Path) -> u64 {
-    let text = std::fs::read_to_string(log).unwrap();
+/// The instructions callgrind counted, from its output's `totals:` line (its `summary:`
+/// says 0 when counting started switched off).
+fn instructions(out: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(out).unwrap();
     let line = text
         .lines()
-        .find(|l| l.contains("I   refs:"))
-        .unwrap_or_else(|| panic!("no instruction count in {}:\n{text}", log.display()));
-    line.rsplit(':')
-        .next()
-        .unwrap()
-        .trim()
-        .replace(',', "")
-        .parse()
-        .unwrap()
+        .find(|l| l.starts_with("totals:"))
+        .unwrap_or_else(|| panic!("no instruction count in {}", out.display()));
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Switches callgrind's counting in process `pid` `on` or off; returns once it is done.
+fn switch(valgrind: &str, pid: u32, on: bool) {
+    // callgrind_control comes with valgrind, beside it.
+    let control = std::path::Path::new(valgrind)
+        .parent()
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map_or_else(
+            || "callgrind_control".into(),
+            |dir| dir.join("callgrind_control"),
+        );
+    let status = std::process::Command::new(&control)
+        .args(["-i", if on { "on" } else { "off" }, &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("{}: {e}", control.display()));
+    assert!(status.success(), "callgrind_control -i failed: {status}");
+}
+
+/// Waits for the exporter's next export, which sends every span it holds (it exports
+/// every second): at most 10 s, for when it holds none and so sends nothing.
+async fn next_export(sink: &OtlpSink) {
+    let exports = sink.received().0;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while sink.received().0 == exports && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Answer `n` questions of `model` at `url`, `CLIENTS` at a time, alternating streamed and
@@ -83,23 +110,23 @@ async fn answer(client: &reqwest::Client, url: &str, model: &str, n: usize) {
         .await;
 }
 
-/// The instructions of one run of the gateway under valgrind answering `n` questions.
+/// The instructions the gateway under callgrind executes for `n` questions, after `warm`.
+#[allow(clippy::too_many_arguments)]
 async fn count(
     upstream: &ScriptedUpstream,
     client: &reqwest::Client,
     valgrind: &str,
     target: &str,
     sink: Option<&OtlpSink>,
+    warm: usize,
     n: usize,
+    run: usize,
 ) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("valgrind.log");
+    let out = dir.path().join("callgrind.out");
     let passthrough = target == "passthrough";
     let kind = if sink.is_some() { "traced" } else { "untraced" };
-    let out = match std::env::var_os("TRACE_COST_KEEP") {
-        Some(keep) => std::path::Path::new(&keep).join(format!("{target}-{kind}-{n}.cg")),
-        None => "/dev/null".into(),
-    };
     let mut env = Vec::new();
     if let Some(sink) = sink {
         env.push((
@@ -114,9 +141,9 @@ async fn count(
         env,
         wrapper: vec![
             valgrind.to_string(),
-            "--tool=cachegrind".into(),
-            "--cache-sim=no".into(),
-            format!("--cachegrind-out-file={}", out.display()),
+            "--tool=callgrind".into(),
+            "--instr-atstart=no".into(),
+            format!("--callgrind-out-file={}", out.display()),
             format!("--log-file={}", log.display()),
         ],
         ready_secs: 300,
@@ -128,19 +155,32 @@ async fn count(
         "brunix"
     };
     let url = format!("{}/v1/chat/completions", gateway.url);
-    let before = sink.map(OtlpSink::received);
+    let pid = gateway.pid();
+    answer(client, &url, model, warm).await;
+    // Traced, counting starts and stops with nothing queued: the warm-up's spans sent
+    // before, the counted answers' last ones sent within.
+    if let Some(sink) = sink {
+        next_export(sink).await;
+    }
+    switch(valgrind, pid, true);
+    let before = sink.map(|s| s.received().0);
     answer(client, &url, model, n).await;
+    if let Some(sink) = sink {
+        next_export(sink).await;
+    }
+    switch(valgrind, pid, false);
+    if let (Some(sink), Some(before)) = (sink, before) {
+        assert!(sink.received().0 > before, "a traced run exported no spans");
+    }
     assert!(
         gateway.proc_.terminate(300),
         "the gateway did not stop on SIGTERM"
     );
-    if let (Some(sink), Some((exports, _))) = (sink, before) {
-        assert!(
-            sink.received().0 > exports,
-            "a traced run exported no spans"
-        );
+    if let Some(keep) = std::env::var_os("TRACE_COST_KEEP") {
+        let kept = std::path::Path::new(&keep).join(format!("{target}-{kind}-{run}.callgrind"));
+        std::fs::copy(&out, kept).unwrap();
     }
-    instructions(&log)
+    instructions(&out)
 }
 
 #[tokio::main]
@@ -163,7 +203,7 @@ async fn main() {
         .build()
         .unwrap();
     println!(
-        "Instructions per answer (valgrind cachegrind, every thread of the gateway; {n} answers \
+        "Instructions per answer (valgrind callgrind, every thread of the gateway; {n} answers \
          counted after {warm} of warm-up, half streamed, {CLIENTS} at a time; {repeat} runs each)\n"
     );
     println!("| target | untraced, per run | traced, per run | traced ÷ untraced (medians) |");
@@ -173,9 +213,9 @@ async fn main() {
         for r in 0..repeat {
             for (traced, runs) in per.iter_mut().enumerate() {
                 let sink = (traced == 1).then_some(&sink);
-                let small = count(&upstream, &client, &valgrind, target, sink, warm).await;
-                let large = count(&upstream, &client, &valgrind, target, sink, warm + n).await;
-                let each = large.saturating_sub(small) as f64 / n as f64;
+                let counted =
+                    count(&upstream, &client, &valgrind, target, sink, warm, n, r + 1).await;
+                let each = counted as f64 / n as f64;
                 eprintln!(
                     "{target}, {}, run {}: {} instructions per answer",
                     if traced == 1 { "traced" } else { "untraced" },
