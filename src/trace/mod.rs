@@ -315,8 +315,13 @@ impl Span {
     }
 
     /// Whether this span records (traces on and the trace sampled): worth filling in.
+    /// Read from its context's sampled flag, which the recorder sets exactly for the spans
+    /// it records (the SDK's samplers record only what they sample), without locking the
+    /// span as asking it would.
     pub fn is_recording(&self) -> bool {
-        self.cx.as_ref().is_some_and(|cx| cx.span().is_recording())
+        self.cx
+            .as_ref()
+            .is_some_and(|cx| cx.span().span_context().is_sampled())
     }
 
     /// Runs `future` with this span as the current context (its spans are children).

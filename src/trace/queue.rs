@@ -228,7 +228,9 @@ impl Queue {
         let at = match state.open.iter().rposition(|b| b.takes(span)) {
             Some(at) => at,
             None => {
-                let room = state.full_batch.min(MAX_BYTES / 8);
+                // Half as much again as the last: answers come at an uneven rate, and a
+                // batch a little larger than the last would grow (and be copied) once.
+                let room = (state.full_batch + state.full_batch / 2).min(MAX_BYTES / 8);
                 let batch = Batch::new(span.scope, resource_len, room);
                 state.bytes += batch.capacity();
                 state.open.push(batch);

@@ -108,12 +108,13 @@ impl Recorder {
             &attributes,
             &[],
         );
-        let recorded = sampling.decision != SamplingDecision::Drop;
-        let flags = if recorded {
-            psc.trace_flags()
-                .with_sampled(sampling.decision == SamplingDecision::RecordAndSample)
-        } else {
-            TraceFlags::default()
+        // Only sampled spans are recorded: the SDK's processors export only those (a
+        // span a sampler would record unsampled is never sent), and a span's sampled
+        // flag then says whether it records (`trace::Span::is_recording`).
+        let recorded = sampling.decision == SamplingDecision::RecordAndSample;
+        let flags = match sampling.decision {
+            SamplingDecision::Drop => TraceFlags::default(),
+            _ => psc.trace_flags().with_sampled(recorded),
         };
         let context = SpanContext::new(trace_id, span_id, flags, false, sampling.trace_state);
         let data = recorded.then(|| {
