@@ -398,7 +398,17 @@ pub(crate) fn error_text(error: &Value) -> Option<String> {
 /// `tracestate`), without its formatting machinery (a third of tracing's cost per
 /// passthrough answer went to it).
 fn traceparent() -> Option<(http::HeaderValue, Option<http::HeaderValue>)> {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+    /// Each byte's two hex digits, looked up at once.
+    const HEX: [[u8; 2]; 256] = {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut pairs = [[0; 2]; 256];
+        let mut b = 0;
+        while b < 256 {
+            pairs[b] = [DIGITS[b >> 4], DIGITS[b & 0xf]];
+            b += 1;
+        }
+        pairs
+    };
     use opentelemetry::trace::TraceContextExt as _;
     let cx = opentelemetry::Context::current();
     let span = cx.span();
@@ -410,8 +420,7 @@ fn traceparent() -> Option<(http::HeaderValue, Option<http::HeaderValue>)> {
     let mut out = *b"00-00000000000000000000000000000000-0000000000000000-00";
     let hex = |bytes: &[u8], out: &mut [u8]| {
         for (b, pair) in bytes.iter().zip(out.chunks_exact_mut(2)) {
-            pair[0] = HEX[usize::from(b >> 4)];
-            pair[1] = HEX[usize::from(b & 0xf)];
+            pair.copy_from_slice(&HEX[usize::from(*b)]);
         }
     };
     hex(&context.trace_id().to_bytes(), &mut out[3..35]);

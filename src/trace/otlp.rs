@@ -190,6 +190,9 @@ fn attributes<'a>(
     attributes: impl IntoIterator<Item = (&'a str, &'a Value)>,
 ) {
     for (k, v) in attributes {
+        if short_key_value(buf, field, k, v) {
+            continue;
+        }
         let Some(value) = any_value_len(v) else {
             nested(buf, field, |buf| {
                 string(buf, 1, k);
@@ -211,6 +214,61 @@ fn attributes<'a>(
         varint(buf, value as u64);
         any_value(buf, v);
     }
+}
+
+/// Writes a scalar `KeyValue` whose every length takes one byte (under 128 bytes in all:
+/// most attributes), and says whether it did: keys and lengths written four bytes at a
+/// time, each a copy of known size, where pushing them one by one checked the buffer's
+/// room for every byte.
+fn short_key_value(buf: &mut Vec<u8>, field: u32, k: &str, v: &Value) -> bool {
+    const LD: u8 = WireType::LengthDelimited as u8;
+    const VARINT: u8 = WireType::Varint as u8;
+    const FIXED64: u8 = WireType::SixtyFourBit as u8;
+    if k.is_empty() || field >= 16 {
+        return false;
+    }
+    let tag = (field as u8) << 3 | LD;
+    // The `KeyValue`'s length: its key's field (2 + key), its value's (2 + `AnyValue`).
+    let short = |any_value: usize| {
+        let len = 2 + k.len() + 2 + any_value;
+        (len < 0x80).then_some(len as u8)
+    };
+    let head = |buf: &mut Vec<u8>, len: u8| {
+        buf.extend_from_slice(&[tag, len, 1 << 3 | LD, k.len() as u8]);
+        buf.extend_from_slice(k.as_bytes());
+    };
+    match v {
+        Value::String(text) => {
+            let text = text.as_str().as_bytes();
+            let Some(len) = short(2 + text.len()) else {
+                return false;
+            };
+            head(buf, len);
+            let any = 2 + text.len() as u8;
+            buf.extend_from_slice(&[2 << 3 | LD, any, 1 << 3 | LD, text.len() as u8]);
+            buf.extend_from_slice(text);
+        }
+        Value::Bool(b) => {
+            let Some(len) = short(2) else { return false };
+            head(buf, len);
+            buf.extend_from_slice(&[2 << 3 | LD, 2, 2 << 3 | VARINT, u8::from(*b)]);
+        }
+        Value::I64(i) => {
+            let any = 1 + varint_len(*i as u64);
+            let Some(len) = short(any) else { return false };
+            head(buf, len);
+            buf.extend_from_slice(&[2 << 3 | LD, any as u8, 3 << 3 | VARINT]);
+            varint(buf, *i as u64);
+        }
+        Value::F64(f) => {
+            let Some(len) = short(9) else { return false };
+            head(buf, len);
+            buf.extend_from_slice(&[2 << 3 | LD, 9, 4 << 3 | FIXED64]);
+            buf.extend_from_slice(&f.to_bits().to_le_bytes());
+        }
+        _ => return false,
+    }
+    true
 }
 
 fn key_values(buf: &mut Vec<u8>, field: u32, kvs: &[KeyValue]) {
@@ -273,8 +331,13 @@ impl<'a> From<&'a SpanData> for Ended<'a> {
 
 fn span(buf: &mut Vec<u8>, span: &Ended<'_>) {
     let context = span.span_context;
-    bytes(buf, 1, &context.trace_id().to_bytes());
-    bytes(buf, 2, &context.span_id().to_bytes());
+    // The two ids (never empty in a recorded span), keys and lengths, in one copy.
+    let mut ids = [0u8; 28];
+    ids[..2].copy_from_slice(&[1 << 3 | WireType::LengthDelimited as u8, 16]);
+    ids[2..18].copy_from_slice(&context.trace_id().to_bytes());
+    ids[18..20].copy_from_slice(&[2 << 3 | WireType::LengthDelimited as u8, 8]);
+    ids[20..].copy_from_slice(&context.span_id().to_bytes());
+    buf.extend_from_slice(&ids);
     // Most spans have no trace state: no header string made for them.
     if context.trace_state() != &opentelemetry::trace::TraceState::NONE {
         string(buf, 3, &context.trace_state().header());
