@@ -767,6 +767,10 @@ pub(super) mod tests {
             KeyValue::new("assist.empty", ""),
             KeyValue::new("assist.unicode", "¿por qué falla? ✓"),
             KeyValue::new("assist.long", "x".repeat(300)),
+            // 127 bytes in all, the longest written with one-byte lengths; then 128.
+            KeyValue::new("a", "y".repeat(120)),
+            KeyValue::new("a", "y".repeat(121)),
+            KeyValue::new("assist.min", i64::MIN),
             KeyValue::new(
                 "gen_ai.response.finish_reasons",
                 Value::Array(Array::String(vec!["stop".into(), "length".into()])),
