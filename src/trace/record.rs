@@ -375,11 +375,11 @@ mod tests {
         ))
     }
 
-    #[test]
-    fn spans_reach_the_processor_as_the_sdk_would_send_them() {
-        let (recorder, kept) = recorder();
+    /// A request's span under `parent` and its upstream call's, which has an attribute, a
+    /// `first token` event and a failed status; neither ended.
+    fn request_and_chat(recorder: &'static Recorder, parent: &Context) -> (Context, Context) {
         let root = recorder.start(
-            &Context::new(),
+            parent,
             "POST /v1/chat/completions".into(),
             SpanKind::Server,
             vec![KeyValue::new("assist.dialect", "openai")],
@@ -390,6 +390,13 @@ mod tests {
             .set_attribute(KeyValue::new("gen_ai.usage.output_tokens", 20));
         child.span().add_event("first token", Vec::new());
         child.span().set_status(Status::error("timeout"));
+        (root, child)
+    }
+
+    #[test]
+    fn spans_reach_the_processor_as_the_sdk_would_send_them() {
+        let (recorder, kept) = recorder();
+        let (root, child) = request_and_chat(recorder, &Context::new());
         child.span().set_status(Status::Unset);
         assert!(
             kept.0.lock().unwrap().is_empty(),
@@ -444,18 +451,7 @@ mod tests {
         let resource = Resource::builder_empty().build();
         let recorder: &'static Recorder =
             Box::leak(Box::new(Recorder::new(Sink::Queue(queue), &resource)));
-        let root = recorder.start(
-            &remote(TraceFlags::SAMPLED),
-            "POST /v1/chat/completions".into(),
-            SpanKind::Server,
-            vec![KeyValue::new("assist.dialect", "openai")],
-        );
-        let child = recorder.start(&root, "chat m".into(), SpanKind::Client, Vec::new());
-        child
-            .span()
-            .set_attribute(KeyValue::new("gen_ai.usage.output_tokens", 20));
-        child.span().add_event("first token", Vec::new());
-        child.span().set_status(Status::error("timeout"));
+        let (root, child) = request_and_chat(recorder, &remote(TraceFlags::SAMPLED));
         let (root_id, child_id) = (
             root.span().span_context().span_id(),
             child.span().span_context().span_id(),
