@@ -159,13 +159,14 @@ impl Pipeline {
             }
             let estimate = estimate_tokens(&request.input);
             let span = self.chat_span("text_completion", &request);
+            let asked = Instant::now();
             let chunks = span
                 .within(clock.time(self.chat.stream(request)))
                 .await
                 .inspect_err(|e| span.fail(super::spans::upstream_kind(e)))?;
             return Ok(answer_events(
                 chunks,
-                self.upstream(clock, span),
+                self.upstream(clock, span, asked),
                 estimate,
                 None,
             ));
@@ -232,11 +233,12 @@ impl Pipeline {
         let estimate = estimate_tokens(&request.input);
         let most = request.params.max_tokens;
         let span = self.chat_span("text_completion", &request);
+        let asked = Instant::now();
         let chunks = span
             .within(clock.time(self.chat.stream(request)))
             .await
             .inspect_err(|e| span.fail(super::spans::upstream_kind(e)))?;
-        let events = answer_events(chunks, self.upstream(clock, span), estimate, None);
+        let events = answer_events(chunks, self.upstream(clock, span, asked), estimate, None);
         let events = ended(
             events,
             fill::Ender::new(template, &prefix, &suffix),

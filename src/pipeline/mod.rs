@@ -350,13 +350,14 @@ impl Pipeline {
                 }
                 let prompt_estimate = estimate_tokens(&turn.request.input);
                 let span = self.chat_span("chat", &turn.request);
+                let asked = Instant::now();
                 let chunks = span
                     .within(clock.time(self.chat.stream(turn.request)))
                     .await
                     .inspect_err(|e| span.fail(spans::upstream_kind(e)))?;
                 Ok(answer_events(
                     chunks,
-                    self.upstream(clock, span),
+                    self.upstream(clock, span, asked),
                     prompt_estimate,
                     None,
                 ))
@@ -731,6 +732,7 @@ impl Pipeline {
         } = prompt;
         let sources: Vec<Source> = hits.iter().map(Source::of).collect();
         let span = self.chat_span("chat", &request);
+        let asked = Instant::now();
         let chunks = match span.within(clock.time(self.chat.stream(request))).await {
             // The upstream said so, or (llama-cpp-python, on an uncounted prompt) ended
             // the stream before a word.
@@ -754,7 +756,7 @@ impl Pipeline {
         tracing::debug!(ms = ms(started), "upstream accepted the assistant turn");
         Ok(answer_events(
             chunks,
-            self.upstream(clock, span),
+            self.upstream(clock, span, asked),
             tokens as u64,
             Some(Assistant {
                 sources,

@@ -35,15 +35,22 @@ pub struct Answer {
 }
 
 impl Pipeline {
-    /// Where an answer streams from; `span` is the upstream request's, ended with it.
-    pub(super) fn upstream(&self, clock: Arc<UpstreamClock>, span: trace::Span) -> Upstream {
+    /// Where an answer streams from; `span` is the upstream request's, ended with it;
+    /// `asked` is when the upstream was asked (the request is answered only once its
+    /// first piece came: retries happen before it).
+    pub(super) fn upstream(
+        &self,
+        clock: Arc<UpstreamClock>,
+        span: trace::Span,
+        asked: Instant,
+    ) -> Upstream {
         let traced = span.is_recording();
         Upstream {
             url: self.chat.base_url().to_string(),
             idle_timeout: self.config.idle_timeout,
             clock,
             span,
-            asked: Instant::now(),
+            asked,
             first_chunk: std::cell::Cell::new(None),
             privacy: (traced && trace::capture_content()).then(|| self.privacy.clone()),
         }

@@ -17,6 +17,8 @@ use crate::support::*;
 
 const QUESTION: &str = "how does the engine handle ormDirect errors QUESTION_MARKER_71?";
 const ANSWER: [&str; 3] = ["It retries ", "and reports ", "ANSWER_MARKER_72."];
+/// How long the upstream takes to each piece of the first answer.
+const FIRST_TOKEN: Duration = Duration::from_millis(150);
 
 /// Arize Phoenix serving on free ports with its own working folder; stopped when dropped.
 struct Phoenix {
@@ -313,8 +315,13 @@ async fn phoenix_shows_every_stage_of_an_answer_and_no_content_unless_asked() {
     let project = format!("gw-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
     let gw = gateway(&up, &phoenix, &project, false).await;
 
-    // A streamed brunix answer over OpenAI's API, in the client's trace.
-    up.set_default(Reply::tokens(&ANSWER));
+    // A streamed brunix answer over OpenAI's API, in the client's trace; its first token
+    // comes FIRST_TOKEN after the upstream was asked.
+    up.set_default(Reply::Tokens {
+        tokens: ANSWER.iter().map(|t| t.to_string()).collect(),
+        delay: FIRST_TOKEN,
+        finish: "stop",
+    });
     let (traceparent, trace_id, client_span) = client_trace();
     let (status, body) = ask(
         &gw.url("/v1/chat/completions"),
@@ -404,11 +411,13 @@ async fn phoenix_shows_every_stage_of_an_answer_and_no_content_unless_asked() {
         attr(chat, "gen_ai.response.finish_reasons"),
         &json!(["stop"])
     );
+    // Counted from the request to the upstream, not from its answer's first token.
+    let first_chunk = attr(chat, "gen_ai.response.time_to_first_chunk")
+        .as_f64()
+        .unwrap();
     assert!(
-        attr(chat, "gen_ai.response.time_to_first_chunk")
-            .as_f64()
-            .unwrap()
-            > 0.0
+        first_chunk >= FIRST_TOKEN.as_secs_f64() * 0.9,
+        "time to first chunk {first_chunk} s, the upstream took {FIRST_TOKEN:?}"
     );
     assert!(
         chat["events"]
