@@ -16,9 +16,9 @@
 //! counted at all: the earlier way (two runs of 100 and 2,100 answers, subtracted) kept
 //! the scatter of work done once at start, such as the metrics clock's calibration,
 //! whose length is timed in wall-clock time (up to about 2,000 instructions an answer
-//! between two runs, a tenth of what tracing costs). Traced, each switch waits until the
-//! exporter sent every span that had ended (two exports), so the count holds the sending
-//! of the counted answers' spans (give or take a span or two ending late). Answers
+//! between two runs, a tenth of what tracing costs). Traced, each switch waits for the
+//! exporter's next export, so the count holds the sending of the counted answers' spans
+//! (give or take a span or two at each end, [`next_export`]). Answers
 //! alternate streamed and whole, four at a time, 20 tokens each from the scripted
 //! upstream (in this process, OpenAI's SSE byte for byte).
 //! `TRACE_COST_REPEAT` (3) runs per row show how steady the count is.
@@ -80,17 +80,19 @@ fn switch(valgrind: &str, pid: u32, on: bool) {
     assert!(status.success(), "callgrind_control -i failed: {status}");
 }
 
-/// Waits until the exporter sent every span that had ended: two more exports (the first
-/// may have been on its way already, its batch taken before the last spans ended; the
-/// second takes everything queued after it). At most 10 s for each, for when it holds
-/// nothing and so sends nothing (it exports every second).
-async fn all_exported(sink: &OtlpSink) {
-    for _ in 0..2 {
-        let exports = sink.received().0;
-        let until = std::time::Instant::now() + Duration::from_secs(10);
-        while sink.received().0 == exports && std::time::Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+/// Waits for the exporter's next export, which sends every span it holds (it exports
+/// every second): at most 10 s, for when it holds none and so sends nothing. An export
+/// already on its way when this starts counts too, so a span or two that ended just
+/// before may still be queued: at the switch on (warm-up spans counted) as at the switch
+/// off (counted spans not), which cancel out on average. Waiting for a second export
+/// would not: the queue is then empty, nothing is sent, and the wait counts 10 s of the
+/// gateway idle (timers, the exporter's wake-ups; the run that tried it counted about
+/// 2,000 instructions a traced answer more).
+async fn next_export(sink: &OtlpSink) {
+    let exports = sink.received().0;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while sink.received().0 == exports && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -165,13 +167,13 @@ async fn count(
     // Traced, counting starts and stops with nothing queued: the warm-up's spans sent
     // before, the counted answers' last ones sent within.
     if let Some(sink) = sink {
-        all_exported(sink).await;
+        next_export(sink).await;
     }
     switch(valgrind, pid, true);
     let before = sink.map(|s| s.received().0);
     answer(client, &url, model, n).await;
     if let Some(sink) = sink {
-        all_exported(sink).await;
+        next_export(sink).await;
     }
     switch(valgrind, pid, false);
     if let (Some(sink), Some(before)) = (sink, before) {
