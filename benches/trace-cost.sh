@@ -11,7 +11,7 @@
 #
 # Scale it with the TRACE_COST_* variables listed at the top of benches/trace_cost.rs, e.g.
 #   TRACE_COST_REPEAT=1 TRACE_COST_TARGETS=passthrough benches/trace-cost.sh
-# About 8 minutes with the defaults on 2 cores (after the build).
+# About 13 minutes with the defaults on 2 cores (after the build).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cache="${ASSIST_CACHE:-$HOME/.cache/assist-gateway}"
