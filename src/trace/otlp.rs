@@ -1,4 +1,4 @@
-//! OTLP/HTTP with protobuf, written straight from the SDK's spans: each span encoded
+//! OTLP/HTTP with protobuf, written straight from the spans as they end: each span encoded
 //! into the `ExportTraceServiceRequest` it goes in ([`Batch`]), which is then POSTed
 //! ([`Sender`]).
 //!

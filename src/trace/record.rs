@@ -1,6 +1,8 @@
-//! The spans themselves: started, filled in and ended here, each ended one handed to the
-//! span processor (the gateway's queue over OTLP/HTTP, the SDK's batch processor over
-//! gRPC) as the SDK's `SpanData`.
+//! The spans themselves: started, filled in and ended here, each ended one handed to its
+//! sink: over OTLP/HTTP the gateway's queue, which encodes it as the recorder holds it
+//! ([`super::otlp::Ended`]); over gRPC the SDK's batch processor, as the SDK's `SpanData`.
+//! Only spans the sampler samples are recorded (what the SDK's processors export), so a
+//! span's sampled flag says whether it records.
 //!
 //! The SDK's tracer did the same through a span builder, a copy of the tracer in every
 //! span, limits looked up per call and a second conversion of the span at its end: about
