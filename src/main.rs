@@ -107,12 +107,16 @@ enum EvalCommand {
     /// completion path: exact match and edit similarity with the prefix only, with the
     /// suffix, and with the repository's context (the knowledge index).
     Completions {
-        /// JSON lines: {"id", "kind", "prefix", "suffix", "middle"} (benches/completions/build.py).
+        /// JSON lines: {"id", "kind", "prefix", "suffix", "middle", "cross_file"?}
+        /// (benches/completions/build.py).
         #[arg(long, value_name = "FILE.jsonl")]
         dataset: PathBuf,
         /// Only the first N spans; 0 = all.
         #[arg(long, value_name = "N", default_value_t = 0)]
         limit: usize,
+        /// Which modes, comma-separated: prefix, suffix, repository.
+        #[arg(long, value_name = "LIST", default_value = "prefix,suffix,repository")]
+        modes: String,
         /// Most tokens of one middle.
         #[arg(long, value_name = "N", default_value_t = 64)]
         max_tokens: u32,
@@ -235,11 +239,12 @@ fn main() -> ExitCode {
                     EvalCommand::Completions {
                         dataset,
                         limit,
+                        modes,
                         max_tokens,
                         json,
                         ..
                     },
-            } => eval_completions(settings, dataset, limit, max_tokens, json).await,
+            } => eval_completions(settings, dataset, limit, &modes, max_tokens, json).await,
             Command::Eval {
                 what:
                     EvalCommand::Answers {
@@ -438,10 +443,19 @@ async fn eval_completions(
     settings: Settings,
     dataset: PathBuf,
     limit: usize,
+    modes: &str,
     max_tokens: u32,
     json: Option<PathBuf>,
 ) -> anyhow::Result<()> {
-    use assist_gateway::eval::completions::{evaluate, load_dataset, summarize, table};
+    use assist_gateway::eval::completions::{evaluate, load_dataset, summarize, table, Mode};
+    let modes = modes
+        .split(',')
+        .map(|m| {
+            Mode::parse(m).ok_or_else(|| {
+                anyhow::anyhow!("--modes: {m:?} is not prefix, suffix or repository")
+            })
+        })
+        .collect::<anyhow::Result<Vec<Mode>>>()?;
     let mut spans = load_dataset(&dataset)?;
     if limit > 0 {
         spans.truncate(limit);
@@ -462,6 +476,7 @@ async fn eval_completions(
         &with.pipeline,
         &settings.assistant.model,
         &spans,
+        &modes,
         max_tokens,
         &progress,
     )

@@ -6,24 +6,38 @@ not write: Jinja2 3.1.2 (python3-jinja2, Debian 12), pinned by version and SHA-2
 
 Writes, under OUT (rebuilt only when this script changes):
   repo/          the library's files that are NOT held out: the repository to index
+  spans-cross-file.jsonl  the cross-file spans alone (below), the same objects
   spans.jsonl    spans masked from the held-out files, one JSON object a line:
-                 {"id", "file", "kind": "line" | "block", "prefix", "suffix", "middle"}
+                 {"id", "file", "kind": "line" | "block", "prefix", "suffix", "middle",
+                  "cross_file"}
 
 A held-out file is never indexed, so the repository context cannot hold the answer. The
 cursor is after a line's indentation; a "line" span is the rest of that line, a "block"
 span the body (up to four lines) of a line that opens a block (ends with ':'), the cursor
 on the body's first line. The prefix is at most the 24 lines before the cursor, the suffix
 at most the 8 lines after the span. Spans are chosen by a fixed stride, not by hand.
+
+A span is "cross_file" when its middle uses a name that only the repository can tell: one
+the indexed files declare (a def, a class, a module-level or `self.` assignment), that
+neither the prefix nor the suffix shows, and that is not Python's own (a keyword, a
+builtin, a name of `typing`, a method of a builtin type). This is the case repository
+context is for, as CrossCodeEval (Ding et al., 2023) selects its examples; the flag is
+computed, never set by hand, and every span is still evaluated.
 Prints OUT.
 """
 
+import builtins
 import hashlib
+import io
 import json
+import keyword
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import typing
 
 PACKAGE = "python3-jinja2"
 VERSION = "3.1.2-1+deb12u3"
@@ -95,6 +109,27 @@ def candidates(lines, kind):
                 yield i + 1, end
 
 
+DECLARED = re.compile(
+    r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)|self\.(\w+)\s*(?::[^=\n]*)?=(?!=)"
+    r"|^(\w+)\s*(?::[^=\n]*)?=(?!=)", re.M)
+NAME = re.compile(r"[A-Za-z_]\w*")
+PYTHONS_OWN = set(keyword.kwlist) | set(dir(builtins)) | set(dir(typing)) | {
+    n for kind in (dict, list, str, bytes, set, tuple, io.IOBase) for n in dir(kind)}
+
+
+def declared(text):
+    return {name for m in DECLARED.finditer(text) for name in m.groups() if name}
+
+
+REPOSITORY = declared("\n".join(f.read_text() for f in (out / "repo").rglob("*.py")))
+
+
+def cross_file(prefix, middle, suffix):
+    shown = set(NAME.findall(prefix)) | set(NAME.findall(suffix))
+    return any(len(n) >= 3 and n in REPOSITORY for n in
+               set(NAME.findall(middle)) - shown - PYTHONS_OWN)
+
+
 def spans(kind, want):
     pool = []
     for name, text in held:
@@ -109,7 +144,8 @@ def spans(kind, want):
         middle = "\n".join([first[len(indent):]] + lines[a + 1:b])
         suffix = "\n".join([""] + lines[b:b + SUFFIX_LINES])
         yield {"id": f"{kind}-{n:03}", "file": f"jinja2/{name}", "kind": kind,
-               "prefix": prefix, "suffix": suffix, "middle": middle}
+               "prefix": prefix, "suffix": suffix, "middle": middle,
+               "cross_file": cross_file(prefix, middle, suffix)}
 
 
 lines, blocks = list(spans("line", WANT_LINES)), list(spans("block", WANT_BLOCKS))
@@ -118,10 +154,13 @@ rows = []
 while lines or blocks:
     rows += lines[:3] + blocks[:1]
     lines, blocks = lines[3:], blocks[1:]
-with open(out / "spans.jsonl", "w") as f:
-    for row in rows:
-        f.write(json.dumps(row) + "\n")
+for name, chosen in [("spans.jsonl", rows),
+                     ("spans-cross-file.jsonl", [r for r in rows if r["cross_file"]])]:
+    with open(out / name, "w") as f:
+        for row in chosen:
+            f.write(json.dumps(row) + "\n")
 (out / ".stamp").write_text(stamp)
-log(f"{len(rows)} spans from {len(held)} held-out files; "
+log(f"{len(rows)} spans ({sum(r['cross_file'] for r in rows)} cross-file) "
+    f"from {len(held)} held-out files; "
     f"{len(list((out / 'repo' / 'jinja2').glob('*.py')))} files in repo/")
 print(out)

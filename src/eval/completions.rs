@@ -5,7 +5,9 @@
 //! indexed repository, `completion.context_tokens`).
 //!
 //! Dataset: one JSON object a line (built by `benches/completions/build.py`):
-//! `{"id", "file", "kind": "line" | "block", "prefix", "suffix", "middle"}`.
+//! `{"id", "file", "kind": "line" | "block", "prefix", "suffix", "middle", "cross_file"?}`;
+//! `cross_file` marks a span whose middle uses a name only the repository declares (the
+//! figures are also given for those spans alone).
 
 use std::path::Path;
 
@@ -26,6 +28,8 @@ pub struct Span {
     pub prefix: String,
     pub suffix: String,
     pub middle: String,
+    #[serde(default)]
+    pub cross_file: bool,
 }
 
 pub fn load_dataset(path: &Path) -> anyhow::Result<Vec<Span>> {
@@ -53,6 +57,16 @@ pub enum Mode {
 impl Mode {
     pub const ALL: [Mode; 3] = [Mode::PrefixOnly, Mode::PrefixSuffix, Mode::WithRepository];
 
+    /// `prefix`, `suffix` or `repository` (the command line's names).
+    pub fn parse(name: &str) -> Option<Mode> {
+        match name.trim() {
+            "prefix" => Some(Mode::PrefixOnly),
+            "suffix" => Some(Mode::PrefixSuffix),
+            "repository" => Some(Mode::WithRepository),
+            _ => None,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Mode::PrefixOnly => "prefix only",
@@ -67,6 +81,7 @@ impl Mode {
 pub struct Outcome {
     pub id: String,
     pub kind: String,
+    pub cross_file: bool,
     pub mode: Mode,
     pub exact: bool,
     pub similarity: f64,
@@ -90,19 +105,20 @@ pub fn edit_similarity(a: &str, b: &str) -> f64 {
     1.0 - strsim::levenshtein(a, b) as f64 / longest as f64
 }
 
-/// Completes every span in every mode: `plain` answers without repository context,
+/// Completes every span in each of `modes`: `plain` answers without repository context,
 /// `with_context` with it (the same settings otherwise).
 pub async fn evaluate(
     plain: &Pipeline,
     with_context: &Pipeline,
     model: &str,
     spans: &[Span],
+    modes: &[Mode],
     max_tokens: u32,
     progress: &dyn Fn(usize),
 ) -> anyhow::Result<Vec<Outcome>> {
-    let mut out = Vec::with_capacity(spans.len() * Mode::ALL.len());
+    let mut out = Vec::with_capacity(spans.len() * modes.len());
     for (n, span) in spans.iter().enumerate() {
-        for mode in Mode::ALL {
+        for &mode in modes {
             let (pipeline, suffix) = match mode {
                 Mode::PrefixOnly => (plain, ""),
                 Mode::PrefixSuffix => (plain, span.suffix.as_str()),
@@ -140,6 +156,7 @@ pub async fn evaluate(
             out.push(Outcome {
                 id: span.id.clone(),
                 kind: span.kind.clone(),
+                cross_file: span.cross_file,
                 mode,
                 exact: got == want,
                 similarity: edit_similarity(&got, &want),
@@ -156,7 +173,7 @@ pub async fn evaluate(
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Figures {
     pub mode: Mode,
-    /// `all`, `line` or `block`.
+    /// `all`, `line`, `block` or `cross-file`.
     pub kind: String,
     pub spans: usize,
     pub exact_match: f64,
@@ -165,18 +182,29 @@ pub struct Figures {
 }
 
 pub fn summarize(outcomes: &[Outcome]) -> Vec<Figures> {
+    const CROSS_FILE: &str = "cross-file";
     let mut kinds: Vec<String> = vec!["all".into()];
     for o in outcomes {
         if !kinds.contains(&o.kind) {
             kinds.push(o.kind.clone());
         }
     }
+    if outcomes.iter().any(|o| o.cross_file) {
+        kinds.push(CROSS_FILE.into());
+    }
     let mut out = Vec::new();
     for kind in &kinds {
         for mode in Mode::ALL {
             let some: Vec<&Outcome> = outcomes
                 .iter()
-                .filter(|o| o.mode == mode && (kind == "all" || &o.kind == kind))
+                .filter(|o| {
+                    o.mode == mode
+                        && match kind.as_str() {
+                            "all" => true,
+                            CROSS_FILE => o.cross_file,
+                            k => o.kind == k,
+                        }
+                })
                 .collect();
             if some.is_empty() {
                 continue;
@@ -233,6 +261,7 @@ mod tests {
         let o = |kind: &str, mode, exact| Outcome {
             id: "x".into(),
             kind: kind.into(),
+            cross_file: exact,
             mode,
             exact,
             similarity: if exact { 1.0 } else { 0.5 },
@@ -253,5 +282,11 @@ mod tests {
         assert!(figures
             .iter()
             .all(|f| f.kind != "block" || f.mode != Mode::PrefixOnly));
+        // The spans whose middle needs the repository, counted apart as well.
+        let cross: Vec<_> = figures.iter().filter(|f| f.kind == "cross-file").collect();
+        assert_eq!(cross.len(), 1);
+        assert_eq!((cross[0].mode, cross[0].spans), (Mode::PrefixSuffix, 1));
+        assert_eq!(Mode::parse(" repository"), Some(Mode::WithRepository));
+        assert_eq!(Mode::parse("both"), None);
     }
 }
