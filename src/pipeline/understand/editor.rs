@@ -7,17 +7,17 @@ use crate::context::EditorContext;
 
 /// Words that point at something at hand (as typed, lowercase).
 #[rustfmt::skip]
-pub(super) const POINTERS: &[&str] = &[
+pub(super) static POINTERS: WordSet = WordSet::new(&[
     "this", "these", "those", "it", "its", "it's", "here", "above", "below", "esto", "este",
     "esta", "estos", "estas", "eso", "ese", "esa", "esos", "esas", "aqui", "aquí", "aca", "acá",
     "ahi", "ahí", "lo",
     "they", "them", "their", "theirs",
     "le",
-];
+]);
 
 /// Spanish imperatives that take the code as a clitic (`explícalo`, `optimízalo`).
 #[rustfmt::skip]
-pub(super) const CLITIC_VERBS: &[&str] = &[
+pub(super) static CLITIC_VERBS: WordSet = WordSet::new(&[
     "explica", "explicame", "optimiza", "arregla", "haz", "hazme", "prueba", "documenta",
     "refactoriza", "revisa", "simplifica", "mejora", "traduce", "convierte", "comenta",
     "corrige", "reescribe", "limpia", "testea", "cambia", "divide", "ordena", "pasa", "muestra",
@@ -25,12 +25,12 @@ pub(super) const CLITIC_VERBS: &[&str] = &[
     "valida", "comprueba", "mira", "chequea", "adapta", "migra", "porta", "tipa", "parte",
     "separa", "extrae", "ordena",
     "agrega", "agregale", "anade", "pon", "ponle", "quita", "quitale", "mete", "metele", "saca", "sacale", "cambiale", "borra", "elimina", "mueve", "copia", "pega", "integra", "conecta", "envuelve", "encapsula", "factoriza", "paraleliza", "cachea", "memoiza", "anota", "comentale", "escribe", "escribele", "genera", "generale", "crea", "creale", "implementa", "completa", "termina", "sigue", "continua", "lee", "leele", "corre", "fijate", "hace", "haceme", "decime", "traduci", "traducime", "mejorame", "usa", "sube", "baja",
-];
+]);
 
 /// Kinds of code a message may name the code in the editor by ("the handler", "la
 /// migración"), after a definite article or a possessive.
 #[rustfmt::skip]
-pub(super) const CODE_NOUNS: &[&str] = &[
+pub(super) static CODE_NOUNS: WordSet = WordSet::new(&[
     "code", "function", "func", "fn", "method", "class", "file", "loop", "query", "migration",
     "config", "configuration", "dockerfile", "handler", "regex", "script", "module",
     "component", "test", "tests", "struct", "enum", "snippet", "block", "line", "lines",
@@ -45,15 +45,15 @@ pub(super) const CODE_NOUNS: &[&str] = &[
     "implementacion", "logica", "algoritmo", "servicio", "controlador", "modelo", "registro",
     "tipo", "tipos", "interfaz", "firma", "condicion", "transaccion", "tarea", "plantilla",
     "container", "containers", "contenedor", "contenedores", "image", "imagen", "pod", "pods", "probe", "probes", "deployment", "manifest", "chart", "volume", "volumes", "compose", "cron", "healthcheck", "readiness", "liveness", "build", "step", "steps", "stage", "stages", "jobs",
-];
+]);
 
 #[rustfmt::skip]
-pub(super) const ORDINALS: &[&str] = &[
+pub(super) static ORDINALS: WordSet = WordSet::new(&[
     "first", "second", "third", "fourth", "last", "next", "previous", "other", "same", "1st",
     "2nd", "3rd", "4th", "top", "bottom", "inner", "outer", "primer", "primera", "primero",
     "segundo", "segunda", "tercer", "tercera", "ultimo", "ultima", "siguiente", "anterior",
     "otro", "otra", "mismo", "misma", "both", "ambos", "ambas",
-];
+]);
 
 pub(super) const DEFINITE: &[&str] = &[
     "the", "my", "our", "that", "el", "la", "los", "las", "mi", "mis", "nuestro", "nuestra",
@@ -63,7 +63,7 @@ pub(super) const DEFINITE: &[&str] = &[
 /// code to add or check, and how code behaves. A message made only of these (and filler)
 /// is about the code at hand.
 #[rustfmt::skip]
-pub(super) const ABOUT_CODE: &[&str] = &[
+pub(super) static ABOUT_CODE: WordSet = WordSet::new(&[
     "explain", "explains", "explanation", "refactor", "optimize", "optimise", "simplify",
     "document", "review", "fix", "debug", "improve", "clean", "cleanup", "rename", "format",
     "comment", "comments", "annotate", "rewrite", "shorten", "speed", "speedup", "lint",
@@ -112,11 +112,11 @@ pub(super) const ABOUT_CODE: &[&str] = &[
     "redundante", "vulnerable", "inyeccion", "estilo", "feo",
     "wherever", "everywhere", "anywhere", "they", "them", "they're", "theyre", "falten", "faltan", "todos", "todas", "sitio", "sitios",
     "sobran", "big-o", "bigo", "than",
-];
+]);
 
 /// Words that carry no subject: articles, pronouns, auxiliaries, politeness.
 #[rustfmt::skip]
-pub(super) const FILLER: &[&str] = &[
+pub(super) static FILLER: WordSet = WordSet::new(&[
     "a", "an", "the", "to", "of", "in", "on", "at", "for", "with", "and", "or", "but", "so",
     "is", "are", "was", "were", "be", "been", "am", "it", "its", "it's", "this", "that",
     "these", "those", "here", "there", "me", "my", "i", "you", "your", "we", "us", "can",
@@ -131,7 +131,7 @@ pub(super) const FILLER: &[&str] = &[
     "podrias", "puede", "podria", "porfa", "favor", "hola", "vale", "gracias", "ya", "muy",
     "tan", "bien", "si", "no", "a", "ha", "he", "hay",
     "q", "k", "xq", "pq", "porq", "porque", "tb", "tmb", "tambien", "pa", "x", "ur", "plis", "pliss", "bro", "tio", "che", "vos", "usted", "ustedes", "podes", "podes",
-];
+]);
 
 /// Openings of a question or request with a subject of its own: a how-to, a definition,
 /// a request for new code.
@@ -384,7 +384,7 @@ pub(super) const NEW_CODE: &[&str] = &[
 /// Verbs that change code that exists ("add a method to …", "documenta las funciones",
 /// "traduce los textos"), opening a request: with code in the editor, that code.
 #[rustfmt::skip]
-pub(super) const CHANGING_VERBS: &[&str] = &[
+pub(super) static CHANGING_VERBS: WordSet = WordSet::new(&[
     "add", "append", "insert", "remove", "delete", "drop", "rename", "document", "translate",
     "refactor", "split", "extract", "move", "update", "change", "replace", "wrap", "convert",
     "migrate", "port", "rewrite", "reorder", "sort", "merge", "inline", "parametrize",
@@ -396,7 +396,7 @@ pub(super) const CHANGING_VERBS: &[&str] = &[
     "pasa", "pasalo", "migra", "reescribe", "reordena", "ordena", "junta", "une", "comenta",
     "anota", "tipa", "prueba", "testea", "cubre", "maneja", "captura", "valida", "sanea",
     "escapa", "pagina", "cachea", "loguea", "registra", "escribeme", "escribele",
-];
+]);
 
 /// Whether the message opens (past politeness) with a verb that changes existing code.
 pub(super) fn changes_code(folded: &[String]) -> bool {

@@ -8,7 +8,7 @@ use crate::llm::{Message, Role};
 
 /// Words that say "the same subject as before" and nothing of their own.
 #[rustfmt::skip]
-pub(super) const FOLLOW_UP_WORDS: &[&str] = &[
+pub(super) static FOLLOW_UP_WORDS: WordSet = WordSet::new(&[
     "example", "examples", "sample", "show", "more", "details", "detail", "another", "other",
     "same", "also", "else", "again", "instead", "case", "cases", "one", "ones", "way", "ways",
     "option", "options", "alternative", "alternatives", "difference", "explain", "elaborate",
@@ -26,14 +26,14 @@ pub(super) const FOLLOW_UP_WORDS: &[&str] = &[
     "o", "hago", "hacer", "puedo", "pasa", "ocurre",
     "das", "dar", "give", "gives", "do", "does", "did", "make", "get", "gets", "got", "have", "has", "had", "then", "there", "puede", "pueden", "se", "tiene", "tienen", "hace", "hacen", "sirve", "need", "needs", "necesito", "quiero", "want", "back", "possible", "posible",
     "any", "some", "know", "should", "must", "alguna", "alguno", "algun", "deba", "debo", "conocer", "saber", "sepa", "compruebo", "comprobar", "check", "checks", "verify", "verifico", "verificar", "funcionado", "worked", "working", "tip", "tips", "trick", "tricks", "gotcha", "gotchas", "caveat", "caveats", "consejo", "consejos", "truco", "trucos", "pega", "pegas", "cuidado", "careful", "watch",
-];
+]);
 
 /// Pronouns that stand for the subject of the turn before.
 #[rustfmt::skip]
-pub(super) const ANAPHORA: &[&str] = &[
+pub(super) static ANAPHORA: WordSet = WordSet::new(&[
     "it", "that", "this", "them", "those", "these", "they", "its", "one", "eso", "esto", "ese",
     "esa", "esos", "esas", "lo", "la", "los", "las", "le", "les", "ello",
-];
+]);
 
 /// A message's own words: not filler, not small talk, not generic follow-up words.
 pub(super) fn own_words(message: &str) -> Vec<String> {

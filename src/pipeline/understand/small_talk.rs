@@ -9,7 +9,7 @@ use crate::context::EditorContext;
 /// Words and phrases of greeting, thanks, acknowledgement and praise: a message made of
 /// nothing else is small talk.
 #[rustfmt::skip]
-pub(super) const SMALL_TALK: &[&str] = &[
+pub(super) static SMALL_TALK: WordSet = WordSet::new(&[
     "hi", "hello", "hey", "heya", "yo", "hiya", "howdy", "thanks", "thank", "thx", "ty", "tysm",
     "cheers", "ok", "okay", "okey", "k", "kk", "cool", "nice", "great", "awesome", "perfect",
     "excellent", "brilliant", "amazing", "wonderful", "fantastic", "superb", "neat", "sweet",
@@ -37,7 +37,7 @@ pub(super) const SMALL_TALK: &[&str] = &[
     "sorry", "apologies", "bad", "oops", "whoops", "perdona", "perdon", "disculpa", "disculpas", "siento", "culpa", "mea", "salvaste", "salvado", "horas", "hours", "🙏",
     "wild", "crazy", "damn", "omg", "interesting", "interesante", "curioso", "loco", "locura",
     "brb", "afk", "coffee", "cafe", "cafecito", "lunch",
-];
+]);
 
 /// Whether the whole message is small talk or about the conversation (no search), with
 /// this editor context: "explain like I'm five", "shorter", "in Spanish" with code in the
@@ -133,7 +133,7 @@ pub(super) const ABOUT_THE_CONVERSATION: &[&str] = &[
 
 /// Words a message about the conversation may carry besides its phrase.
 #[rustfmt::skip]
-pub(super) const CONVERSATION_WORDS: &[&str] = &[
+pub(super) static CONVERSATION_WORDS: WordSet = WordSet::new(&[
     "please", "pls", "plz", "can", "could", "you", "would", "again", "that", "it", "this",
     "now", "from", "on", "and", "but", "by", "the", "a", "an", "me", "for", "to", "with", "so",
     "just", "bit", "little", "more", "less", "one", "point", "sentence", "sentences", "words",
@@ -152,7 +152,7 @@ pub(super) const CONVERSATION_WORDS: &[&str] = &[
     "give", "versions", "put", "bullet", "bullets", "points", "list", "format", "formato", "asked", "ask", "first", "thing", "things", "today", "hoy", "oracion", "lista", "puntos", "vinetas", "was", "were",
     "tell", "told", "before", "antes", "dicho", "dijiste", "has", "me",
     "sin", "tanto", "rollo", "less", "fluff", "paja",
-];
+]);
 
 /// Whether the whole message is small talk or about the conversation itself (no search
 /// needed); the rule that says so, or `None`.
@@ -254,14 +254,14 @@ pub(super) fn thanks_or_goodbye(message: &str, words: &[String]) -> bool {
 /// Verbs that ask for the answers themselves to change: repeated, shortened, summarised,
 /// reworded, translated; and preferences for the answers to come.
 #[rustfmt::skip]
-pub(super) const ABOUT_ANSWERS: &[&str] = &[
+pub(super) static ABOUT_ANSWERS: WordSet = WordSet::new(&[
     "repeat", "rephrase", "reword", "summarize", "summarise", "shorten", "shorter", "tldr",
     "translate", "clarify", "elaborate", "repite", "repitelo", "repetir", "resume",
     "resumelo", "resumir", "acorta", "acortalo", "traduce", "traducelo", "traduci", "dilo",
     "dimelo", "decimelo", "reformula", "reformulalo", "aclara", "aclaralo",
     "eli5", "contestarme", "responderme", "contesta", "responde", "answer", "reply",
     "resumemelo", "resumime", "simplify", "simplifica", "simplificalo", "version",
-];
+]);
 
 /// "repeat the last part", "too long, summarize", "resúmelo en una línea", "from now on
 /// keep the answers short": a request about the answers, with nothing of code in it.

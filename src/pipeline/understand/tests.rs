@@ -1,3 +1,4 @@
+use super::follow_up::FOLLOW_UP_WORDS;
 use super::*;
 use crate::context::EditorContext;
 use crate::llm::{Message, Role};
@@ -222,6 +223,19 @@ fn ordinals_shorthand_and_questions_after_thanks() {
         "que hace esto, porque falla?"
     );
     assert_eq!(fold("what is q? ¿y Q?"), "what is q? ¿y q?");
+    // ASCII alone and with accents, folded alike.
+    assert_eq!(fold("XQ Falla EL Nandu"), "porque falla el nandu");
+    assert_eq!(fold("XQ Falla ÉL Ñandú"), "porque falla el nandu");
+    // The word lists, looked up as sets, hold what the slices held and nothing else.
+    for word in ["the", "ok", "gracias", "example"] {
+        assert!(
+            FILLER.contains(&word) || SMALL_TALK.contains(&word) || FOLLOW_UP_WORDS.contains(&word),
+            "{word}"
+        );
+    }
+    assert!(
+        !FILLER.contains(&"tokio") && !SMALL_TALK.contains(&"") && !ABOUT_CODE.contains(&"The")
+    );
     // Thanks before a question: the question is asked.
     for message in [
         "vale gracias. y el Mutex como se usa",
