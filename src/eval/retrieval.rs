@@ -196,7 +196,7 @@ mod tests {
 
     fn r(id: &str, file: &str) -> Scored {
         Scored {
-            chunk: KnowledgeChunk::sample(id, file),
+            chunk: KnowledgeChunk::sample(id, file).into(),
             score: 1.0,
         }
     }

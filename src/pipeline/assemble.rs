@@ -455,7 +455,10 @@ mod tests {
             .map(|(i, text)| {
                 let mut chunk = KnowledgeChunk::sample(&format!("c{i}"), "guide.md");
                 chunk.text = text.to_string();
-                Scored { chunk, score: 1.0 }
+                Scored {
+                    chunk: chunk.into(),
+                    score: 1.0,
+                }
             })
             .collect();
         let measured: Vec<usize> = hits

@@ -68,7 +68,7 @@ impl Pipeline {
         let mut tokens = Vec::with_capacity(hits.len());
         let mut cleaned = Cleaned::default();
         for hit in hits.iter_mut() {
-            let c = &mut hit.chunk;
+            let c = &hit.chunk;
             let known = self
                 .clean_chunks
                 .0
@@ -85,6 +85,8 @@ impl Pipeline {
                 }
             };
             if let Some([text, section, source_file]) = &entry.cleaned {
+                // Copied out of the index's cache only when something in it changes.
+                let c = Arc::make_mut(&mut hit.chunk);
                 c.text.clone_from(text);
                 c.section.clone_from(section);
                 c.source_file.clone_from(source_file);

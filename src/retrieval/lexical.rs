@@ -14,7 +14,7 @@ use anyhow::{anyhow, Context};
 use tantivy::collector::TopDocs;
 use tantivy::directory::MmapDirectory;
 use tantivy::indexer::{LogMergePolicy, NoMergePolicy};
-use tantivy::query::{BooleanQuery, BoostQuery, Occur, Query, TermQuery};
+use tantivy::query::{Bm25StatisticsProvider, BooleanQuery, BoostQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, STORED, STRING,
 };
@@ -372,6 +372,31 @@ fn terms(mut analyzer: TextAnalyzer, field: Field, text: &str) -> Vec<Term> {
         .collect()
 }
 
+/// BM25's statistics for one search, with the document frequencies the search already
+/// looked up: tantivy would look each up again in the term dictionary (about a thousand
+/// instructions a term), with the same answer from the same searcher.
+struct KnownFrequencies<'a> {
+    searcher: &'a Searcher,
+    found: Vec<(Term, u64)>,
+}
+
+impl Bm25StatisticsProvider for KnownFrequencies<'_> {
+    fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
+        self.searcher.total_num_tokens(field)
+    }
+
+    fn total_num_docs(&self) -> tantivy::Result<u64> {
+        self.searcher.total_num_docs()
+    }
+
+    fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
+        match self.found.iter().find(|(t, _)| t == term) {
+            Some((_, frequency)) => Ok(*frequency),
+            None => self.searcher.doc_freq(term),
+        }
+    }
+}
+
 impl LexicalIndex for TantivyIndex {
     fn replace_files(&self, files: &[(String, Vec<KnowledgeChunk>)]) -> anyhow::Result<()> {
         let docs = files
@@ -408,10 +433,16 @@ impl LexicalIndex for TantivyIndex {
         };
         let searcher = self.reader.searcher();
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        let mut known = KnownFrequencies {
+            searcher: &searcher,
+            found: Vec::new(),
+        };
         // Terms no chunk has are left out: each clause costs a weight and a scorer per
         // segment, found or not.
         let mut add = |term: Term, boost: f32| -> anyhow::Result<()> {
-            if searcher.doc_freq(&term)? > 0 {
+            let frequency = searcher.doc_freq(&term)?;
+            if frequency > 0 {
+                known.found.push((term.clone(), frequency));
                 let q = TermQuery::new(term, IndexRecordOption::WithFreqs);
                 clauses.push((Occur::Should, Box::new(BoostQuery::new(Box::new(q), boost))));
             }
@@ -440,9 +471,10 @@ impl LexicalIndex for TantivyIndex {
         if clauses.is_empty() || top_n == 0 {
             return Ok(Vec::new());
         }
-        let top = searcher.search(
+        let top = searcher.search_with_statistics_provider(
             &BooleanQuery::new(clauses),
             &TopDocs::with_limit(top_n).order_by_score(),
+            &known,
         )?;
         top.into_iter()
             .map(|(score, address)| {
