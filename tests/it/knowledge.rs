@@ -530,7 +530,9 @@ impl Placed {
         );
         let hits = r.search(question, Mode::Hybrid).await.unwrap();
         assert_eq!(hits.len(), 8);
-        hits.into_iter().map(|h| h.chunk.source_file.clone()).collect()
+        hits.into_iter()
+            .map(|h| h.chunk.source_file.clone())
+            .collect()
     }
 }
 
