@@ -79,7 +79,8 @@ pub struct TantivyIndex {
 #[derive(Default)]
 struct ChunkCache {
     generation: u64,
-    chunks: HashMap<DocAddress, Arc<KnowledgeChunk>>,
+    /// foldhash, not SipHash: tens of lookups a search, by addresses no caller chooses.
+    chunks: HashMap<DocAddress, Arc<KnowledgeChunk>, foldhash::fast::RandomState>,
 }
 
 /// The index's one writer. Empty only while `optimize` has closed it to let tantivy's

@@ -63,8 +63,10 @@ pub struct Connection {
     /// Milliseconds (since the registry started) when `active` last became 0.
     idle_since: AtomicU64,
     /// Responses being written: for each, since when it waits for the client to take the
-    /// frame it handed over (0: not waiting), by response.
-    waiting: Mutex<HashMap<u64, u64>>,
+    /// frame it handed over (0: not waiting), by the gateway's own response number
+    /// (foldhash, not SipHash: an insert and a removal each time a response waits, about
+    /// 25 an answer).
+    waiting: Mutex<HashMap<u64, u64, foldhash::fast::RandomState>>,
     next_response: AtomicU64,
     /// Set when the gateway closes the connection, with the reason.
     close: Notify,
