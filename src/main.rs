@@ -456,6 +456,13 @@ async fn eval_completions(
             })
         })
         .collect::<anyhow::Result<Vec<Mode>>>()?;
+    // Each mode once, in the order given.
+    let modes: Vec<Mode> = modes
+        .iter()
+        .enumerate()
+        .filter(|(i, m)| !modes[..*i].contains(m))
+        .map(|(_, m)| *m)
+        .collect();
     let mut spans = load_dataset(&dataset)?;
     if limit > 0 {
         spans.truncate(limit);

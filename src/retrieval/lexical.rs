@@ -378,7 +378,8 @@ fn terms(mut analyzer: TextAnalyzer, field: Field, text: &str) -> Vec<Term> {
 /// instructions a term), with the same answer from the same searcher.
 struct KnownFrequencies<'a> {
     searcher: &'a Searcher,
-    found: Vec<(Term, u64)>,
+    /// A map, not a list: a long question has hundreds of terms, each asked for once.
+    found: HashMap<Term, u64, foldhash::fast::RandomState>,
 }
 
 impl Bm25StatisticsProvider for KnownFrequencies<'_> {
@@ -391,8 +392,8 @@ impl Bm25StatisticsProvider for KnownFrequencies<'_> {
     }
 
     fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
-        match self.found.iter().find(|(t, _)| t == term) {
-            Some((_, frequency)) => Ok(*frequency),
+        match self.found.get(term) {
+            Some(frequency) => Ok(*frequency),
             None => self.searcher.doc_freq(term),
         }
     }
@@ -436,14 +437,14 @@ impl LexicalIndex for TantivyIndex {
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
         let mut known = KnownFrequencies {
             searcher: &searcher,
-            found: Vec::new(),
+            found: HashMap::default(),
         };
         // Terms no chunk has are left out: each clause costs a weight and a scorer per
         // segment, found or not.
         let mut add = |term: Term, boost: f32| -> anyhow::Result<()> {
             let frequency = searcher.doc_freq(&term)?;
             if frequency > 0 {
-                known.found.push((term.clone(), frequency));
+                known.found.insert(term.clone(), frequency);
                 let q = TermQuery::new(term, IndexRecordOption::WithFreqs);
                 clauses.push((Occur::Should, Box::new(BoostQuery::new(Box::new(q), boost))));
             }

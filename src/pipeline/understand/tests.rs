@@ -226,7 +226,10 @@ fn ordinals_shorthand_and_questions_after_thanks() {
     // ASCII alone and with accents, folded alike.
     assert_eq!(fold("XQ Falla EL Nandu"), "porque falla el nandu");
     assert_eq!(fold("XQ Falla ÉL Ñandú"), "porque falla el nandu");
-    // The word lists, looked up as sets, hold what the slices held and nothing else.
+    // The word lists, looked up as sets, find every word of their lists and nothing else.
+    for list in [&FILLER, &SMALL_TALK, &FOLLOW_UP_WORDS, &ABOUT_CODE] {
+        assert!(list.list.iter().all(|w| list.contains(w)));
+    }
     for word in ["the", "ok", "gracias", "example"] {
         assert!(
             FILLER.contains(&word) || SMALL_TALK.contains(&word) || FOLLOW_UP_WORDS.contains(&word),
