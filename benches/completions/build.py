@@ -18,11 +18,12 @@ on the body's first line. The prefix is at most the 24 lines before the cursor, 
 at most the 8 lines after the span. Spans are chosen by a fixed stride, not by hand.
 
 A span is "cross_file" when its middle uses a name that only the repository can tell: one
-the indexed files declare (a def, a class, a module-level or `self.` assignment), that
-neither the prefix nor the suffix shows, and that is not Python's own (a keyword, a
-builtin, a name of `typing`, a method of a builtin type). This is the case repository
-context is for, as CrossCodeEval (Ding et al., 2023) selects its examples; the flag is
-computed, never set by hand, and every span is still evaluated.
+the indexed files declare (a def, a class, a module-level or `self.` assignment) and the
+held-out file does not, that neither the prefix nor the suffix shows, that the middle
+does not bind itself (an assignment's target, a parameter), and that is not Python's own
+(a keyword, a builtin, a name of `typing`, a method of a builtin type). A rough version of
+how CrossCodeEval (Ding et al., 2023) selects its examples, by their need of other files;
+the flag is computed, never set by hand, and every span is still evaluated.
 Prints OUT.
 """
 
@@ -124,10 +125,16 @@ def declared(text):
 REPOSITORY = declared("\n".join(f.read_text() for f in (out / "repo").rglob("*.py")))
 
 
-def cross_file(prefix, middle, suffix):
+# What a middle binds itself: `x = …`, `x: T = …`, and parameters (`x: T,` / `x=…`).
+BOUND = re.compile(r"(?:^|[(,])\s*(\w+)\s*(?::[^=,)]*)?(?:=(?!=)|,|\)|$)|^\s*(\w+)\s*=(?!=)",
+                   re.M)
+
+
+def cross_file(prefix, middle, suffix, own):
     shown = set(NAME.findall(prefix)) | set(NAME.findall(suffix))
-    return any(len(n) >= 3 and n in REPOSITORY for n in
-               set(NAME.findall(middle)) - shown - PYTHONS_OWN)
+    bound = {n for m in BOUND.finditer(middle) for n in m.groups() if n}
+    return any(len(n) >= 3 and n in REPOSITORY and n not in own for n in
+               set(NAME.findall(middle)) - shown - bound - PYTHONS_OWN)
 
 
 def spans(kind, want):
@@ -138,6 +145,7 @@ def spans(kind, want):
     stride = max(1, len(pool) // want)
     chosen = pool[::stride][:want]
     for n, (name, lines, a, b) in enumerate(chosen):
+        own = declared("\n".join(lines))
         first = lines[a]
         indent = first[: len(first) - len(first.lstrip())]
         prefix = "\n".join(lines[max(0, a - PREFIX_LINES):a] + [indent])
@@ -145,7 +153,7 @@ def spans(kind, want):
         suffix = "\n".join([""] + lines[b:b + SUFFIX_LINES])
         yield {"id": f"{kind}-{n:03}", "file": f"jinja2/{name}", "kind": kind,
                "prefix": prefix, "suffix": suffix, "middle": middle,
-               "cross_file": cross_file(prefix, middle, suffix)}
+               "cross_file": cross_file(prefix, middle, suffix, own)}
 
 
 lines, blocks = list(spans("line", WANT_LINES)), list(spans("block", WANT_BLOCKS))

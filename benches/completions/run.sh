@@ -2,7 +2,7 @@
 # The completion benchmark end to end: builds the spans (build.py), indexes the library's
 # other files as the repository, starts llama.cpp's server with the model and completes
 # every span through the gateway's own completion path. Prints the table; the outcomes of
-# every span go to OUT/outcomes-MODEL-SPANS.json.
+# every span go to OUT/outcomes-MODEL-SPANS[-OPTIONS].json.
 #
 #   benches/completions/run.sh [MODEL] [eval options...]
 #
@@ -31,8 +31,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/assist-gateway/target}
 (cd "$here" && cargo build --release --locked)
 bin="$CARGO_TARGET_DIR/release/assist-gateway"
 
-# The repository's index (BM25; the completion path searches lexically), rebuilt with the
-# spans.
+# The repository's index (BM25; the completion path searches lexically), built afresh
+# each run (17 files: under a second).
 data="$out/data"
 config="$out/gateway.toml"
 cat >"$config" <<EOF
@@ -45,20 +45,34 @@ model = "$model"
 EOF
 "$bin" ingest --rebuild --config "$config" "$out/repo" >&2
 
+if curl -fsS "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1; then
+  echo "something already answers on port $port (a model server left running?): stop it, or set MODEL_PORT" >&2
+  exit 1
+fi
 cores="$(nproc)"
 OMP_WAIT_POLICY=PASSIVE "$python" -m llama_cpp.server --model "$gguf" --model_alias "$model" \
   --host 127.0.0.1 --port "$port" --n_threads "$cores" --n_threads_batch "$cores" \
   --n_ctx 4096 --logits_all false >"$out/model-server.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait 2>/dev/null || true' EXIT
+ready=
 for _ in $(seq 1 240); do
-  curl -fsS "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1 && break
   kill -0 "$server" 2>/dev/null || { echo "the model server stopped (see $out/model-server.log)" >&2; exit 1; }
+  if curl -fsS "http://127.0.0.1:$port/v1/models" 2>/dev/null | grep -q "\"$model\""; then
+    ready=1
+    break
+  fi
   sleep 0.25
 done
+[ -n "$ready" ] || { echo "the model server did not serve $model within 60 s (see $out/model-server.log)" >&2; exit 1; }
 
 started=$(date +%s)
 spans="${SPANS:-spans.jsonl}"
-outcomes="$out/outcomes-$model-${spans%.jsonl}.json"
+# Named after everything that changes the figures: model, spans and options.
+options="$*"
+options="${options//--/}"
+options="${options// /_}"
+options="${options//,/+}"
+outcomes="$out/outcomes-$model-${spans%.jsonl}${options:+-$options}.json"
 "$bin" eval completions --config "$config" --dataset "$out/$spans" --json "$outcomes" "$@"
 echo "$model on $spans, $(( $(date +%s) - started )) s on $cores cores; outcomes in $outcomes" >&2
