@@ -314,7 +314,7 @@ pub trait ChatModel: Send + Sync {
     /// Streams the answer. Resolves once the upstream accepted the request (its headers
     /// arrived), so failures before the first byte are returned here, not in the stream.
     /// Dropping the stream cancels the upstream request.
-    async fn stream(&self, request: UpstreamRequest) -> Result<ChunkStream, UpstreamError>;
+    async fn stream(&self, request: &UpstreamRequest) -> Result<ChunkStream, UpstreamError>;
     /// The upstream's own models.
     async fn models(&self) -> Result<Vec<UpstreamModel>, UpstreamError>;
     /// Details of one upstream model; a 404 status when it does not exist.
@@ -460,7 +460,7 @@ pub async fn complete(
     request: UpstreamRequest,
 ) -> Result<String, UpstreamError> {
     let url = chat.base_url().to_string();
-    let mut chunks = chat.stream(request).await?;
+    let mut chunks = chat.stream(&request).await?;
     let mut text = String::new();
     while let Some(chunk) = chunks.next().await {
         match chunk? {

@@ -180,8 +180,8 @@ impl ChatModel for OllamaChat {
         self.up.shown()
     }
 
-    async fn stream(&self, request: UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
-        let (path, body) = self.request_body(&request)?;
+    async fn stream(&self, request: &UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
+        let (path, body) = self.request_body(request)?;
         let post = self.up.post_json(path, &body);
         // A whole answer is one object: the stream's final line with all the text in it.
         let response = match request.whole {

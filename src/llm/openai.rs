@@ -171,8 +171,8 @@ impl ChatModel for OpenAiChat {
         self.up.shown()
     }
 
-    async fn stream(&self, request: UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
-        let (path, body) = request_body(&request);
+    async fn stream(&self, request: &UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
+        let (path, body) = request_body(request);
         let post = self.up.post_body(path, body);
         if request.whole {
             let response = self.up.send_whole(post).await?;

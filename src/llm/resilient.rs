@@ -149,7 +149,7 @@ impl Resilient {
     }
 
     /// One request to one upstream, up to its first chunk (its first content, relayed).
-    async fn attempt(&self, target: &Target, request: UpstreamRequest) -> Attempt {
+    async fn attempt(&self, target: &Target, request: &UpstreamRequest) -> Attempt {
         // The client bounds the wait for headers by the same time; this bounds the whole.
         // A whole answer's first chunk comes with its last: the answer's own bound.
         let (first_token, setting) = match request.whole {
@@ -253,7 +253,10 @@ impl Resilient {
     }
 
     /// Tries the upstreams in order until one starts answering.
-    async fn start(&self, request: UpstreamRequest) -> Result<(ChunkStream, usize), UpstreamError> {
+    async fn start(
+        &self,
+        request: &UpstreamRequest,
+    ) -> Result<(ChunkStream, usize), UpstreamError> {
         let order = self.order(&request.model);
         let mut last: Option<(usize, UpstreamError)> = None;
         for &i in &order {
@@ -265,13 +268,21 @@ impl Resilient {
                     "from" => from.to_string(), "to" => target.url().to_string())
                 .increment(1);
             }
-            let mut request = request.clone();
-            if i != 0 {
-                request.model = target.model.clone();
-            }
+            // A fallback upstream gets its own model's name: the only copy of the request.
+            let renamed;
+            let request = match i {
+                0 => request,
+                _ => {
+                    renamed = UpstreamRequest {
+                        model: target.model.clone(),
+                        ..request.clone()
+                    };
+                    &renamed
+                }
+            };
             let mut attempt = 0u32;
             loop {
-                let error = match self.attempt(target, request.clone()).await {
+                let error = match self.attempt(target, request).await {
                     Attempt::Started(chunks) => {
                         self.succeeded(target);
                         return Ok((chunks, i));
@@ -332,7 +343,7 @@ impl ChatModel for Resilient {
         self.targets[0].url()
     }
 
-    async fn stream(&self, request: UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
+    async fn stream(&self, request: &UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
         let max = self.policy.max_answer;
         let deadline = Instant::now() + max;
         let too_long = move |url: &str| {
@@ -484,7 +495,7 @@ mod tests {
             fn base_url(&self) -> &str {
                 "http://u"
             }
-            async fn stream(&self, _: UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
+            async fn stream(&self, _: &UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
                 unreachable!()
             }
             async fn models(&self) -> Result<Vec<UpstreamModel>, UpstreamError> {

@@ -161,7 +161,7 @@ impl Pipeline {
             let span = self.chat_span("text_completion", &request);
             let asked = Instant::now();
             let chunks = span
-                .within(clock.time(self.chat.stream(request)))
+                .within(clock.time(self.chat.stream(&request)))
                 .await
                 .inspect_err(|e| span.fail(super::spans::upstream_kind(e)))?;
             return Ok(answer_events(
@@ -235,7 +235,7 @@ impl Pipeline {
         let span = self.chat_span("text_completion", &request);
         let asked = Instant::now();
         let chunks = span
-            .within(clock.time(self.chat.stream(request)))
+            .within(clock.time(self.chat.stream(&request)))
             .await
             .inspect_err(|e| span.fail(super::spans::upstream_kind(e)))?;
         let events = answer_events(chunks, self.upstream(clock, span, asked), estimate, None);

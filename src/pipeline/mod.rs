@@ -352,7 +352,7 @@ impl Pipeline {
                 let span = self.chat_span("chat", &turn.request);
                 let asked = Instant::now();
                 let chunks = span
-                    .within(clock.time(self.chat.stream(turn.request)))
+                    .within(clock.time(self.chat.stream(&turn.request)))
                     .await
                     .inspect_err(|e| span.fail(spans::upstream_kind(e)))?;
                 Ok(answer_events(
@@ -733,7 +733,7 @@ impl Pipeline {
         let sources: Vec<Source> = hits.iter().map(Source::of).collect();
         let span = self.chat_span("chat", &request);
         let asked = Instant::now();
-        let chunks = match span.within(clock.time(self.chat.stream(request))).await {
+        let chunks = match span.within(clock.time(self.chat.stream(&request))).await {
             // The upstream said so, or (llama-cpp-python, on an uncounted prompt) ended
             // the stream before a word.
             Err(e)
@@ -747,7 +747,7 @@ impl Pipeline {
                 );
                 let smaller = retry.ok_or_else(|| GatewayError::from(e))?.request;
                 span.event("retry with less context");
-                span.within(clock.time(self.chat.stream(smaller)))
+                span.within(clock.time(self.chat.stream(&smaller)))
                     .await
                     .inspect_err(|e| span.fail(spans::upstream_kind(e)))?
             }
