@@ -175,6 +175,9 @@ pub struct Ender {
     /// Several lines: the indentation of the cursor's line before the cursor, in
     /// columns; the block the middle writes ends at a line indented less than its first.
     indent: usize,
+    /// The cursor stands after its line's indentation, nothing else before it: blanks
+    /// the model writes first would indent the line a second time.
+    after_indent: bool,
 }
 
 /// Columns of a line's leading blanks (a tab counts as four).
@@ -218,7 +221,19 @@ impl Ender {
             suffix_line,
             single_line,
             indent: indentation(line_before),
+            after_indent: !line_before.is_empty() && line_before.trim().is_empty(),
         }
+    }
+
+    /// Where the middle starts in `text` (what the model wrote so far): after the blanks
+    /// it wrote first when the cursor already stands after its line's indentation (small
+    /// models often indent the line again); `None` while `text` is only such blanks.
+    pub fn start(&self, text: &str) -> Option<usize> {
+        if !self.after_indent {
+            return Some(0);
+        }
+        let blanks = text.len() - text.trim_start_matches([' ', '\t']).len();
+        (blanks < text.len()).then_some(blanks)
     }
 
     /// Where a middle of several lines has ended by its own shape: at its first blank
@@ -473,6 +488,16 @@ mod tests {
             e.end("go()\n    wait()\nstop()\n"),
             Some("go()\n    wait()\n".len())
         );
+        // The cursor after its line's indentation: the blanks the model writes first
+        // are not the middle's (the line would be indented twice).
+        assert_eq!(e.start("  "), None);
+        assert_eq!(e.start("    go()\n"), Some(4));
+        assert_eq!(e.start("go()"), Some(0));
+        assert_eq!(e.start("\n"), Some(0));
+        let inside = Ender::new(Template::Qwen, "x = f(", ")\n");
+        assert_eq!(inside.start("  a"), Some(0));
+        let at_column_zero = Ender::new(Template::Qwen, "x = 1\n", "\n");
+        assert_eq!(at_column_zero.start("  a"), Some(0));
         // End tokens, also split across pieces.
         assert_eq!(e.end("x = 1<|endoftext|>junk"), Some(5));
         assert_eq!(e.safe("x = 1<|endo"), 5);
