@@ -11,6 +11,8 @@
 #            --modes suffix,repository, --max-tokens 48
 #   SPANS    which spans: spans.jsonl (all, the default) or spans-cross-file.jsonl (those
 #            whose middle uses a name only the repository declares)
+#   ORACLE=1 instead of the gateway's eval, oracle.py: the model given the declarations
+#            each middle needs (the ceiling of repository context; Qwen's template only)
 #
 # Everything is cached under ~/.cache/assist-gateway: the model server and models
 # (scripts/model-env.sh), the spans and the index (completion-bench/), the build.
@@ -74,5 +76,10 @@ options="${options//--/}"
 options="${options// /_}"
 options="${options//,/+}"
 outcomes="$out/outcomes-$model-${spans%.jsonl}${options:+-$options}.json"
+if [ -n "${ORACLE:-}" ]; then
+  python3 "$here/benches/completions/oracle.py" "http://127.0.0.1:$port/v1" "$model" "$out/$spans"
+  echo "$model on $spans (oracle), $(( $(date +%s) - started )) s on $cores cores" >&2
+  exit 0
+fi
 "$bin" eval completions --config "$config" --dataset "$out/$spans" --json "$outcomes" "$@"
 echo "$model on $spans, $(( $(date +%s) - started )) s on $cores cores; outcomes in $outcomes" >&2

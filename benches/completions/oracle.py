@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""The completion benchmark's ceiling for repository context: what the model does with the
+declarations it needs, handed to it, rather than the snippets the gateway finds.
+
+    benches/completions/oracle.py MODEL_URL MODEL SPANS_FILE        (run.sh runs it: ORACLE=1)
+
+For each span, the names its middle uses that only the repository can tell (not shown by
+the prefix or suffix, not Python's own, declared by the indexed files: a def, a class, an
+assignment) are looked up in the repository, and their declarations (a def's or class's
+signature and first docstring line; an assignment's line under its class) are given to the
+model. An oracle: it reads the middle to know the names, which no completion can. Three
+prompts, written in Qwen2.5-Coder's FIM template as the gateway writes them (this script
+knows no other template), straight to the model server, temperature 0, 48 tokens:
+
+  suffix        prefix + suffix (the benchmark's second mode, without the gateway)
+  declarations  the declarations in the template's repository form, each under its real
+                path, the current file under its own
+  comments      the same declarations as comments above the prefix
+
+The middle is cut as the gateway cuts it, roughly (a line span at its first line break, a
+block at its first blank line or a line indented less than its first) and compared as
+`eval completions` compares: exact match and edit similarity, trailing blanks and the
+first line's indentation left out. Prints one line per span and mode, then the figures.
+"""
+
+import builtins
+import json
+import keyword
+import pathlib
+import re
+import sys
+import urllib.request
+
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+STOPS = ["<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|im_end|>", "<|fim_prefix|>",
+         "<|repo_name|>"]
+MODES = ["suffix", "declarations", "comments"]
+BUDGET_CHARS = 1000  # about the gateway's 256 tokens
+
+
+def declarations(repo, name):
+    """(path, code) of each place the repository declares `name`."""
+    out = []
+    for path, lines in repo.items():
+        for i, line in enumerate(lines):
+            s = line.strip()
+            if re.match(rf"(async\s+)?def\s+{name}\b|class\s+{name}\b", s):
+                end = i
+                while end < len(lines) and not lines[end].rstrip().endswith(":") and end - i < 6:
+                    end += 1
+                code = lines[i:end + 1]
+                if end + 1 < len(lines) and lines[end + 1].strip().startswith(('"""', "'''")):
+                    code.append(lines[end + 1])
+                out.append((path, "\n".join(code)))
+            elif re.match(rf"(self\.)?{name}\s*(:[^=]*)?=[^=]", s):
+                head = next((lines[k] for k in range(i, -1, -1) if lines[k].startswith("class ")),
+                            None) if line[:1].isspace() else None
+                out.append((path, f"{head}\n    ...\n{line}" if head else line))
+    return out
+
+
+def oracle(repo, span):
+    shown = set(IDENT.findall(span["prefix"])) | set(IDENT.findall(span["suffix"]))
+    names = []
+    for n in IDENT.findall(span["middle"]):
+        if n not in shown and n not in names and not keyword.iskeyword(n) \
+                and not hasattr(builtins, n):
+            names.append(n)
+    snippets, used = [], 0
+    for n in names:
+        for path, code in declarations(repo, n)[:2]:
+            if used + len(code) <= BUDGET_CHARS:
+                snippets.append((path, code))
+                used += len(code)
+    return snippets
+
+
+def prompt(mode, span, snippets):
+    def fim(prefix):
+        return f"<|fim_prefix|>{prefix}<|fim_suffix|>{span['suffix']}<|fim_middle|>"
+
+    if mode == "suffix":
+        return fim(span["prefix"])
+    if mode == "declarations":
+        files = "".join(f"<|file_sep|>{path}\n{code}\n" for path, code in snippets)
+        return f"<|repo_name|>repository\n{files}<|file_sep|>{span['file']}\n" + \
+            fim(span["prefix"])
+    head = "".join(f"# {path}\n" + "".join(f"# {l}\n" for l in code.splitlines()) + "\n"
+                   for path, code in snippets)
+    return fim(head + span["prefix"])
+
+
+def cut(span, text):
+    if span["kind"] == "line":
+        return text.split("\n")[0]
+    out, level = [], None
+    for i, line in enumerate(text.split("\n")):
+        if i > 0:
+            if not line.strip():
+                break
+            indent = len(line) - len(line.lstrip())
+            level = indent if level is None else level
+            if indent < level:
+                break
+        out.append(line)
+    return "\n".join(out)
+
+
+def normalized(code):
+    return "\n".join(l.rstrip() for l in code.splitlines()).strip("\n").lstrip()
+
+
+def similarity(a, b):
+    if not a and not b:
+        return 1.0
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return 1 - row[len(b)] / max(len(a), len(b))
+
+
+def complete(url, model, text):
+    body = json.dumps({"model": model, "prompt": text, "max_tokens": 48, "temperature": 0,
+                       "stop": STOPS}).encode()
+    request = urllib.request.Request(f"{url}/completions", body,
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=600) as r:
+        return json.load(r)["choices"][0]["text"]
+
+
+def main():
+    url, model, spans_file = sys.argv[1:4]
+    spans_file = pathlib.Path(spans_file)
+    root = spans_file.parent / "repo"
+    repo = {p.relative_to(root).as_posix(): p.read_text().splitlines()
+            for p in sorted(root.rglob("*.py"))}
+    spans = [json.loads(l) for l in spans_file.open()]
+    totals = {m: [0, 0.0] for m in MODES}
+    for span in spans:
+        snippets = oracle(repo, span)
+        want = normalized(span["middle"])
+        for mode in MODES:
+            got = normalized(cut(span, complete(url, model, prompt(mode, span, snippets))))
+            exact, sim = got == want, similarity(got, want)
+            totals[mode][0] += exact
+            totals[mode][1] += sim
+            print(f"{span['id']:10} {mode:12} {'exact' if exact else '     '} {sim:.2f} "
+                  f"{got[:60]!r}", flush=True)
+        print(f"{span['id']:10} {'wanted':12}       {want[:60]!r} "
+              f"({len(snippets)} declarations)", flush=True)
+    print(f"\n{model}, {len(spans)} spans of {spans_file.name}: exact match / edit similarity")
+    for mode in MODES:
+        hits, sims = totals[mode]
+        print(f"  {mode:12} {hits / len(spans):.3f} / {sims / len(spans):.3f}  ({hits} exact)")
+
+
+if __name__ == "__main__":
+    main()
