@@ -274,18 +274,24 @@ pub(super) fn ended(
     Box::pin(async_stream::stream! {
         let mut text = String::new();
         let mut sent = 0;
-        let mut started = false;
+        // Where the middle starts (after blanks the model wrote first that the cursor's
+        // line already has); `None` until known. Its ends are found in the middle alone.
+        let mut start = None;
         while let Some(event) = events.next().await {
             match event {
                 Event::Delta(piece) => {
                     text.push_str(&piece);
-                    if !started {
-                        match ender.start(&text) {
-                            Some(start) => (sent, started) = (start, true),
+                    let lead = match start {
+                        Some(lead) => lead,
+                        None => match ender.start(&text) {
+                            Some(lead) => {
+                                (start, sent) = (Some(lead), lead);
+                                lead
+                            }
                             None => continue,
-                        }
-                    }
-                    if let Some(end) = ender.end(&text) {
+                        },
+                    };
+                    if let Some(end) = ender.end(&text[lead..]).map(|end| end + lead) {
                         if end > sent {
                             yield Event::Delta(text[sent..end].to_string());
                         }
@@ -300,14 +306,14 @@ pub(super) fn ended(
                         yield Event::Done { finish: FinishReason::Stop, usage };
                         return;
                     }
-                    let safe = ender.safe(&text);
+                    let safe = ender.safe(&text[lead..]) + lead;
                     if safe > sent {
                         yield Event::Delta(text[sent..safe].to_string());
                         sent = safe;
                     }
                 }
                 Event::Done { finish, usage } => {
-                    if started && text.len() > sent {
+                    if start.is_some() && text.len() > sent {
                         yield Event::Delta(text[sent..].to_string());
                     }
                     yield Event::Done { finish, usage };
@@ -386,6 +392,13 @@ mod tests {
         // Only blanks, then the end: nothing to insert.
         let upstream = vec![Event::Delta("    ".into()), done()];
         assert_eq!(middle(upstream, prefix, "\n").await, "");
+        // A body's next lines keep the indentation the model gave them.
+        let pieces = ["    go()\n", "    wait()\n", "stop()\n"];
+        let upstream = pieces.iter().map(|p| Event::Delta(p.to_string())).collect();
+        assert_eq!(
+            middle(upstream, "if ready:\n    ", "\n").await,
+            "go()\n    wait()\n"
+        );
         // Inside a line the blanks are the middle's own.
         let upstream = vec![Event::Delta(" b)".into()), done()];
         assert_eq!(middle(upstream, "f(a,", "\n").await, " b)");

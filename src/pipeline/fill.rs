@@ -197,11 +197,11 @@ impl Ender {
         // rest of its line; `def f():` or `{` may want a body. At the start of a line the
         // line above decides: a body after one that opens a block, else one statement.
         let opens_block = |line: &str| line.trim_end().ends_with(['{', ':', '(', '[']);
+        let above = prefix[..prefix.len() - line_before.len()]
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty());
         let single_line = if line_before.trim().is_empty() {
-            let above = prefix[..prefix.len() - line_before.len()]
-                .lines()
-                .rev()
-                .find(|l| !l.trim().is_empty());
             // (What follows the cursor there is the line's own code, moved on by the middle.)
             above.is_some_and(|l| !opens_block(l))
         } else {
@@ -221,7 +221,12 @@ impl Ender {
             suffix_line,
             single_line,
             indent: indentation(line_before),
-            after_indent: !line_before.is_empty() && line_before.trim().is_empty(),
+            // Below a line that opens a block, only when the cursor is already deeper
+            // than that line: at its level the body's blanks are still to be written.
+            after_indent: !line_before.is_empty()
+                && line_before.trim().is_empty()
+                && above
+                    .is_none_or(|l| !opens_block(l) || indentation(l) < indentation(line_before)),
         }
     }
 
@@ -494,6 +499,8 @@ mod tests {
         assert_eq!(e.start("    go()\n"), Some(4));
         assert_eq!(e.start("go()"), Some(0));
         assert_eq!(e.start("\n"), Some(0));
+        let e = Ender::new(Template::Qwen, "    if ready:\n    ", "\n");
+        assert_eq!(e.start("    go()\n"), Some(0), "the body's own indentation");
         let inside = Ender::new(Template::Qwen, "x = f(", ")\n");
         assert_eq!(inside.start("  a"), Some(0));
         let at_column_zero = Ender::new(Template::Qwen, "x = 1\n", "\n");
