@@ -9,7 +9,7 @@ Writes, under OUT (rebuilt only when this script changes):
   spans-cross-file.jsonl  the cross-file spans alone (below), the same objects
   spans.jsonl    spans masked from the held-out files, one JSON object a line:
                  {"id", "file", "kind": "line" | "block", "prefix", "suffix", "middle",
-                  "cross_file"}
+                  "cross_file", "needs": the names that make it cross-file}
 
 A held-out file is never indexed, so the repository context cannot hold the answer. The
 cursor is after a line's indentation; a "line" span is the rest of that line, a "block"
@@ -130,11 +130,16 @@ BOUND = re.compile(r"(?:^|[(,])\s*(\w+)\s*(?::[^=,)]*)?(?:=(?!=)|,|\)|$)|^\s*(\w
                    re.M)
 
 
-def cross_file(prefix, middle, suffix, own):
+def repository_names(prefix, middle, suffix, own):
+    """The names of the middle that only the repository can tell, in the middle's order."""
     shown = set(NAME.findall(prefix)) | set(NAME.findall(suffix))
     bound = {n for m in BOUND.finditer(middle) for n in m.groups() if n}
-    return any(len(n) >= 3 and n in REPOSITORY and n not in own for n in
-               set(NAME.findall(middle)) - shown - bound - PYTHONS_OWN)
+    names = []
+    for n in NAME.findall(middle):
+        if len(n) >= 3 and n in REPOSITORY and n not in own and n not in names \
+                and n not in shown | bound | PYTHONS_OWN:
+            names.append(n)
+    return names
 
 
 def spans(kind, want):
@@ -151,9 +156,10 @@ def spans(kind, want):
         prefix = "\n".join(lines[max(0, a - PREFIX_LINES):a] + [indent])
         middle = "\n".join([first[len(indent):]] + lines[a + 1:b])
         suffix = "\n".join([""] + lines[b:b + SUFFIX_LINES])
+        needs = repository_names(prefix, middle, suffix, own)
         yield {"id": f"{kind}-{n:03}", "file": f"jinja2/{name}", "kind": kind,
                "prefix": prefix, "suffix": suffix, "middle": middle,
-               "cross_file": cross_file(prefix, middle, suffix, own)}
+               "cross_file": bool(needs), "needs": needs}
 
 
 lines, blocks = list(spans("line", WANT_LINES)), list(spans("block", WANT_BLOCKS))

@@ -4,47 +4,46 @@ declarations it needs, handed to it, rather than the snippets the gateway finds.
 
     benches/completions/oracle.py MODEL_URL MODEL SPANS_FILE        (run.sh runs it: ORACLE=1)
 
-For each span, the names its middle uses that only the repository can tell (not shown by
-the prefix or suffix, not Python's own, declared by the indexed files: a def, a class, an
-assignment) are looked up in the repository, and their declarations (a def's or class's
-signature and first docstring line; an assignment's line under its class) are given to the
-model. An oracle: it reads the middle to know the names, which no completion can. Three
-prompts, written in Qwen2.5-Coder's FIM template as the gateway writes them (this script
-knows no other template), straight to the model server, temperature 0, 48 tokens:
+For each span, the names that make it cross-file (build.py's `needs`: used by the middle,
+declared by the indexed files and not by the held-out one, not shown by the prefix or
+suffix, not bound by the middle, not Python's own) are looked up in the repository, and
+their declarations (a def's or class's signature and first docstring line, a `self.`
+assignment under its class's line, a module-level assignment) are given to the model. An
+oracle: it reads the middle to know the names, which no completion can. Three prompts,
+written in Qwen2.5-Coder's FIM template as the gateway writes it (this script knows no
+other template), straight to the model server, temperature 0, 48 tokens:
 
   suffix        prefix + suffix (the benchmark's second mode, without the gateway)
   declarations  the declarations in the template's repository form, each under its real
                 path, the current file under its own
   comments      the same declarations as comments above the prefix
 
-The middle is cut as the gateway cuts it, roughly (a line span at its first line break, a
-block at its first blank line or a line indented less than its first) and compared as
+The middle is cut as the gateway cuts it, roughly (see `cut`) and compared as
 `eval completions` compares: exact match and edit similarity, trailing blanks and the
 first line's indentation left out. Prints one line per span and mode, then the figures.
 """
 
-import builtins
 import json
-import keyword
 import pathlib
 import re
 import sys
 import urllib.request
 
-IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-STOPS = ["<|endoftext|>", "<|fim_pad|>", "<|file_sep|>", "<|im_end|>", "<|fim_prefix|>",
-         "<|repo_name|>"]
+# The gateway's end tokens for Qwen's template (src/pipeline/fill.rs).
+STOPS = ["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+         "<|repo_name|>", "<|file_sep|>", "<|im_start|>", "<|im_end|>"]
 MODES = ["suffix", "declarations", "comments"]
 BUDGET_CHARS = 1000  # about the gateway's 256 tokens
 
 
 def declarations(repo, name):
-    """(path, code) of each place the repository declares `name`."""
+    """(path, code) of each place the repository declares `name`, as build.py counts a
+    declaration: a def or a class (its signature and first docstring line), a `self.`
+    assignment (under its class's line) or a module-level one."""
     out = []
     for path, lines in repo.items():
         for i, line in enumerate(lines):
-            s = line.strip()
-            if re.match(rf"(async\s+)?def\s+{name}\b|class\s+{name}\b", s):
+            if re.match(rf"\s*(async\s+)?(def|class)\s+{name}\b", line):
                 end = i
                 while end < len(lines) and not lines[end].rstrip().endswith(":") and end - i < 6:
                     end += 1
@@ -52,23 +51,20 @@ def declarations(repo, name):
                 if end + 1 < len(lines) and lines[end + 1].strip().startswith(('"""', "'''")):
                     code.append(lines[end + 1])
                 out.append((path, "\n".join(code)))
-            elif re.match(rf"(self\.)?{name}\s*(:[^=]*)?=[^=]", s):
-                head = next((lines[k] for k in range(i, -1, -1) if lines[k].startswith("class ")),
-                            None) if line[:1].isspace() else None
+            elif re.match(rf"{name}\s*(:[^=]*)?=(?!=)", line):
+                out.append((path, line))
+            elif re.search(rf"self\.{name}\s*(:[^=]*)?=(?!=)", line):
+                head = next((l for l in reversed(lines[:i]) if l.startswith("class ")), None)
                 out.append((path, f"{head}\n    ...\n{line}" if head else line))
     return out
 
 
 def oracle(repo, span):
-    shown = set(IDENT.findall(span["prefix"])) | set(IDENT.findall(span["suffix"]))
-    names = []
-    for n in IDENT.findall(span["middle"]):
-        if n not in shown and n not in names and not keyword.iskeyword(n) \
-                and not hasattr(builtins, n):
-            names.append(n)
+    """The declarations of the names that make the span cross-file (build.py's `needs`),
+    the first two of each, within the budget."""
     snippets, used = [], 0
-    for n in names:
-        for path, code in declarations(repo, n)[:2]:
+    for name in span.get("needs", []):
+        for path, code in declarations(repo, name)[:2]:
             if used + len(code) <= BUDGET_CHARS:
                 snippets.append((path, code))
                 used += len(code)
@@ -81,27 +77,35 @@ def prompt(mode, span, snippets):
 
     if mode == "suffix":
         return fim(span["prefix"])
-    if mode == "declarations":
+    if mode == "declarations" and snippets:
         files = "".join(f"<|file_sep|>{path}\n{code}\n" for path, code in snippets)
         return f"<|repo_name|>repository\n{files}<|file_sep|>{span['file']}\n" + \
             fim(span["prefix"])
+    if mode == "declarations":
+        return fim(span["prefix"])
     head = "".join(f"# {path}\n" + "".join(f"# {l}\n" for l in code.splitlines()) + "\n"
                    for path, code in snippets)
     return fim(head + span["prefix"])
 
 
 def cut(span, text):
-    if span["kind"] == "line":
-        return text.split("\n")[0]
+    """The middle, ended roughly as the gateway ends it: a line span at its line break; a
+    block at a blank line or a line indented less than its first (the cursor's indentation
+    and what the model wrote before its first line); either where the model writes the
+    suffix's next line again."""
+    cursor = len(span["prefix"].split("\n")[-1])
+    again = next((l.strip() for l in span["suffix"].split("\n") if l.strip()), "")
     out, level = [], None
     for i, line in enumerate(text.split("\n")):
-        if i > 0:
-            if not line.strip():
-                break
-            indent = len(line) - len(line.lstrip())
-            level = indent if level is None else level
-            if indent < level:
-                break
+        if len(again) >= 3 and line.strip() == again and i < len(text.split("\n")) - 1:
+            break
+        if span["kind"] == "line" and i > 0:
+            break
+        if level is None:
+            if line.strip():
+                level = cursor + len(line) - len(line.lstrip())
+        elif not line.strip() or len(line) - len(line.lstrip()) < level:
+            break
         out.append(line)
     return "\n".join(out)
 

@@ -12,7 +12,8 @@
 #   SPANS    which spans: spans.jsonl (all, the default) or spans-cross-file.jsonl (those
 #            whose middle uses a name only the repository declares)
 #   ORACLE=1 instead of the gateway's eval, oracle.py: the model given the declarations
-#            each middle needs (the ceiling of repository context; Qwen's template only)
+#            each middle needs (the ceiling of repository context; Qwen's template only,
+#            48 tokens, no eval options)
 #
 # Everything is cached under ~/.cache/assist-gateway: the model server and models
 # (scripts/model-env.sh), the spans and the index (completion-bench/), the build.
@@ -22,6 +23,11 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 model="${1:-qwen2.5-coder-0.5b}"
 [ "$#" -gt 0 ] && shift
+oracle="${ORACLE:-}"
+if [ -n "$oracle" ] && { [ "$oracle" != 1 ] || [ "$#" -gt 0 ]; }; then
+  echo "ORACLE=1 runs oracle.py, which takes no eval options" >&2
+  exit 2
+fi
 port="${MODEL_PORT:-8097}"
 
 out="$(python3 "$here/benches/completions/build.py")"
@@ -76,7 +82,7 @@ options="${options//--/}"
 options="${options// /_}"
 options="${options//,/+}"
 outcomes="$out/outcomes-$model-${spans%.jsonl}${options:+-$options}.json"
-if [ -n "${ORACLE:-}" ]; then
+if [ -n "$oracle" ]; then
   python3 "$here/benches/completions/oracle.py" "http://127.0.0.1:$port/v1" "$model" "$out/$spans"
   echo "$model on $spans (oracle), $(( $(date +%s) - started )) s on $cores cores" >&2
   exit 0
