@@ -95,9 +95,11 @@ def cut(span, text):
     suffix's next line again."""
     cursor = len(span["prefix"].split("\n")[-1])
     again = next((l.strip() for l in span["suffix"].split("\n") if l.strip()), "")
+    lines = text.split("\n")
     out, level = [], None
-    for i, line in enumerate(text.split("\n")):
-        if len(again) >= 3 and line.strip() == again and i < len(text.split("\n")) - 1:
+    for i, line in enumerate(lines):
+        # (a whole line: not the last piece, which may still be growing)
+        if len(again) >= 3 and line.strip() == again and i < len(lines) - 1:
             break
         if span["kind"] == "line" and i > 0:
             break
