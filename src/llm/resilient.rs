@@ -363,8 +363,18 @@ impl ChatModel for Resilient {
         let url = self.targets[i].url().to_string();
         Ok(async_stream::stream! {
             let mut chunks = chunks;
+            // One timer for the whole answer: a timeout per chunk registered and cleared a
+            // timer on every event (about a twentieth of a relayed answer's instructions).
+            let late = tokio::time::sleep_until(deadline);
+            tokio::pin!(late);
             loop {
-                match tokio::time::timeout_at(deadline, chunks.next()).await {
+                // The chunk first, as a timeout would: one that is ready is never late.
+                let next = tokio::select! {
+                    biased;
+                    item = chunks.next() => Ok(item),
+                    () = &mut late => Err(()),
+                };
+                match next {
                     Ok(Some(item)) => {
                         let end = !matches!(
                             item,

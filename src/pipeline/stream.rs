@@ -165,14 +165,32 @@ pub(super) fn answer_events(
         let mut deltas = 0u64;
         // The answer as the span records it (content capture only).
         let mut answer = String::new();
+        // One timer for the whole answer, moved on only when it fires before the answer
+        // was quiet for the idle timeout: a timeout per chunk registered and cleared a
+        // timer (under the timer wheel's lock) on every event.
+        let idle = upstream.idle_timeout;
+        let quiet = tokio::time::sleep(idle);
+        tokio::pin!(quiet);
         loop {
             let waiting = Instant::now();
-            let next = tokio::time::timeout(upstream.idle_timeout, chunks.next()).await;
+            let next = loop {
+                tokio::select! {
+                    biased;
+                    item = chunks.next() => break Ok(item),
+                    () = &mut quiet => {
+                        let due = waiting + idle;
+                        if Instant::now() >= due {
+                            break Err(());
+                        }
+                        quiet.as_mut().reset(due.into());
+                    }
+                }
+            };
             upstream.clock.since(waiting);
             let item = match next {
                 Ok(Some(item)) => item,
                 Ok(None) => break,
-                Err(_) => Err(UpstreamError::new(
+                Err(()) => Err(UpstreamError::new(
                     UpstreamErrorKind::Timeout,
                     &upstream.url,
                     format!("no token for {} s", upstream.idle_timeout.as_secs_f64()),

@@ -372,6 +372,42 @@ async fn odd_bodies_never_crash_the_gateway() {
     assert_eq!(status, 200, "still alive");
 }
 
+/// The idle timeout counts from the last token, not from the answer's start: an answer
+/// longer than it, whose tokens each come within it, arrives whole.
+#[tokio::test]
+async fn a_slow_answer_whose_tokens_come_within_the_idle_timeout_is_not_cut() {
+    for provider in PROVIDERS {
+        let up = ScriptedUpstream::start().await;
+        let gw = Gateway::start(&up, provider, |s| {
+            s.llm.idle_timeout = std::time::Duration::from_secs(1)
+        })
+        .await;
+        up.push(Reply::Tokens {
+            tokens: ["one ", "two ", "three ", "four ", "five"]
+                .map(String::from)
+                .to_vec(),
+            delay: Duration::from_millis(450),
+            finish: "stop",
+        });
+        let started = std::time::Instant::now();
+        let (status, _, body) = post(
+            &gw.url("/v1/chat/completions"),
+            json!({"model": "brunix", "stream": true,
+                "messages": [{"role": "user", "content": "count slowly"}]}),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert!(started.elapsed() > Duration::from_secs(2), "{provider:?}");
+        let events = sse_events(&body);
+        assert_eq!(
+            sse_text(&events),
+            "one two three four five",
+            "{provider:?}: {body}"
+        );
+        assert!(!body.contains("upstream_timeout"), "{provider:?}: {body}");
+    }
+}
+
 #[tokio::test]
 async fn an_upstream_silent_mid_answer_ends_with_a_timeout_event_and_keeps_the_partial_turn() {
     for provider in PROVIDERS {
