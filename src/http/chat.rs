@@ -136,7 +136,9 @@ pub fn post<D: Dialect, R: HttpRender>(
             // A key's own sessions; without keys, the one shared namespace.
             let owner = caller.map_or_else(Owner::shared, |Extension(c)| c.owner());
             let gate = gate.map(|Extension(g)| g);
-            match answer(&state, gate, &owner, log, parsed).await {
+            // Boxed: the answer's future is kilobytes, and axum copies the handler's
+            // future (which would hold it inline) into its own box.
+            match Box::pin(answer(&state, gate, &owner, log, parsed)).await {
                 Ok(response) => response,
                 Err((mut log, e)) => {
                     log.failed(&e, false);

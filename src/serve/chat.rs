@@ -130,7 +130,9 @@ pub async fn start(
             log.stream_slot = Some(gate.claim()?);
         }
     }
-    let run = state.pipeline.run_timed(turn, owner, log.upstream.clone());
+    // Boxed: the pipeline's future is kilobytes, and every future that held it inline
+    // (the handler's, then axum's box around it) was copied whole on the way.
+    let run = Box::pin(state.pipeline.run_timed(turn, owner, log.upstream.clone()));
     log.span.within(run).await
 }
 
