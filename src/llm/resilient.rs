@@ -156,7 +156,7 @@ impl Resilient {
             true => (self.policy.max_answer, "llm.max_answer_secs"),
             false => (self.policy.first_token, "llm.first_byte_timeout_secs"),
         };
-        let deadline = Instant::now() + first_token;
+        let deadline = after(Instant::now(), first_token);
         let mut chunks = match target.chat.stream(request).await {
             Ok(chunks) => chunks,
             Err(e) => return Attempt::Failed(e),
@@ -239,7 +239,7 @@ impl Resilient {
         h.failures = h.failures.saturating_add(1);
         let now = Instant::now();
         if threshold > 0 && h.failures >= threshold && h.cooling_until.is_none_or(|u| u <= now) {
-            h.cooling_until = Some(now + self.policy.cooldown);
+            h.cooling_until = Some(after(now, self.policy.cooldown));
             drop(h);
             metrics::counter!("assist_upstream_cooldowns_total", "upstream" => url.to_string())
                 .increment(1);
@@ -334,6 +334,14 @@ impl Resilient {
     }
 }
 
+/// `wait` after `from`. A wait too long to count from now (an operator's "never", such
+/// as `u64::MAX` seconds) ends about thirty years on, as tokio's own `sleep` does, where
+/// `Instant + Duration` would panic on every answer.
+pub(crate) fn after(from: Instant, wait: Duration) -> Instant {
+    from.checked_add(wait)
+        .unwrap_or_else(|| from + Duration::from_secs(30 * 365 * 86_400))
+}
+
 /// Most bytes of a relayed answer's events held before its first content.
 const MAX_HELD_BYTES: usize = 64 << 10;
 
@@ -345,7 +353,7 @@ impl ChatModel for Resilient {
 
     async fn stream(&self, request: &UpstreamRequest) -> Result<ChunkStream, UpstreamError> {
         let max = self.policy.max_answer;
-        let deadline = Instant::now() + max;
+        let deadline = after(Instant::now(), max);
         let too_long = move |url: &str| {
             UpstreamError::new(
                 UpstreamErrorKind::Timeout,

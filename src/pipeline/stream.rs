@@ -178,11 +178,11 @@ pub(super) fn answer_events(
                     biased;
                     item = chunks.next() => break Ok(item),
                     () = &mut quiet => {
-                        let due = waiting + idle;
-                        if Instant::now() >= due {
+                        let due = crate::llm::resilient::after(waiting.into(), idle);
+                        if tokio::time::Instant::now() >= due {
                             break Err(());
                         }
-                        quiet.as_mut().reset(due.into());
+                        quiet.as_mut().reset(due);
                     }
                 }
             };

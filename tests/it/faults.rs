@@ -515,6 +515,30 @@ async fn a_never_ending_stream_is_ended_by_max_answer_secs() {
     }
 }
 
+/// Bounds set too large to count from now (an operator's "never") are no bounds: the
+/// answers come, streamed and whole, in both dialects, and nothing panics.
+#[tokio::test]
+async fn time_bounds_too_large_to_count_mean_no_bound() {
+    for provider in PROVIDERS {
+        let up = ScriptedUpstream::start().await;
+        let never = Duration::from_secs(u64::MAX);
+        let gw = Gateway::start(&up, provider, |s| {
+            s.llm.max_answer = never;
+            s.llm.idle_timeout = never;
+            s.llm.first_byte_timeout = never;
+        })
+        .await;
+        for path in ["/v1/chat/completions", "/api/chat"] {
+            for stream in [true, false] {
+                up.push(Reply::tokens(&["still ", "here"]));
+                let got = ask(&gw, path, stream).await;
+                assert_eq!(got.status, 200, "{provider:?} {path} {stream}: {got:?}");
+                assert_eq!(got.ok(), "still here", "{provider:?} {path} {stream}");
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_huge_single_chunk_is_forwarded_below_the_limit_and_refused_above_it() {
     const LIMIT: usize = 64 * 1024;
