@@ -214,6 +214,20 @@ mod unset_if_empty {
     }
 }
 
+/// The longest duration a setting takes: ten years. Any wait is counted from now, and a
+/// longer one (`u64::MAX` seconds meant as "never") would overflow the clock's arithmetic.
+const MAX_DURATION_SECS: u64 = 10 * 365 * 86_400;
+
+/// A duration of at most [`MAX_DURATION_SECS`], or a clear error naming the limit.
+fn bounded<E: serde::de::Error>(d: std::time::Duration) -> Result<std::time::Duration, E> {
+    if d.as_secs() > MAX_DURATION_SECS {
+        return Err(E::custom(format_args!(
+            "a duration must be at most {MAX_DURATION_SECS} seconds (ten years)"
+        )));
+    }
+    Ok(d)
+}
+
 /// A duration written as whole seconds.
 mod secs {
     use std::time::Duration;
@@ -221,7 +235,7 @@ mod secs {
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_secs)
+        super::bounded(Duration::from_secs(u64::deserialize(d)?))
     }
 
     pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -236,7 +250,7 @@ mod millis {
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        u64::deserialize(d).map(Duration::from_millis)
+        super::bounded(Duration::from_millis(u64::deserialize(d)?))
     }
 
     pub fn serialize<S: Serializer>(value: &Duration, s: S) -> Result<S::Ok, S::Error> {

@@ -336,3 +336,27 @@ fn missing_config_file_is_an_error() {
     let err = Settings::load_without_env(Some(Path::new("/nonexistent/x.toml"))).unwrap_err();
     assert!(err.to_string().contains("does not exist"));
 }
+
+#[test]
+fn a_duration_past_ten_years_is_refused_with_its_key() {
+    for (toml, key) in [
+        (
+            "[llm]\nmax_answer_secs = 9223372036854775807\n",
+            "max_answer_secs",
+        ),
+        (
+            "[telemetry]\nexport_timeout_secs = 400000000\n",
+            "export_timeout_secs",
+        ),
+    ] {
+        let f = write(toml);
+        let e = Settings::load_without_env(Some(f.path()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most 315360000 seconds"), "{e}");
+        assert!(e.contains(key), "{e}");
+    }
+    let f = write("[llm]\nmax_answer_secs = 315360000\n");
+    let s = Settings::load_without_env(Some(f.path())).unwrap();
+    assert_eq!(s.llm.max_answer.as_secs(), 315_360_000);
+}
