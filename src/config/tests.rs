@@ -342,11 +342,11 @@ fn a_duration_past_ten_years_is_refused_with_its_key() {
     for (toml, key) in [
         (
             "[llm]\nmax_answer_secs = 9223372036854775807\n",
-            "max_answer_secs",
+            "llm.max_answer_secs",
         ),
         (
             "[telemetry]\nexport_timeout_secs = 400000000\n",
-            "export_timeout_secs",
+            "telemetry.export_timeout_secs",
         ),
     ] {
         let f = write(toml);

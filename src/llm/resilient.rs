@@ -380,7 +380,9 @@ impl ChatModel for Resilient {
                 let next = tokio::select! {
                     biased;
                     item = chunks.next() => Ok(item),
-                    () = &mut late => Err(()),
+                    // Unconstrained, as a timeout's own timer is: a stream that used up
+                    // the task's budget still meets its bound.
+                    () = tokio::task::unconstrained(&mut late) => Err(()),
                 };
                 match next {
                     Ok(Some(item)) => {

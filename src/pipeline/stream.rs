@@ -172,13 +172,15 @@ pub(super) fn answer_events(
         let quiet = tokio::time::sleep(idle);
         tokio::pin!(quiet);
         loop {
-            let waiting = Instant::now();
+            let waiting = tokio::time::Instant::now();
             let next = loop {
                 tokio::select! {
                     biased;
                     item = chunks.next() => break Ok(item),
-                    () = &mut quiet => {
-                        let due = crate::llm::resilient::after(waiting.into(), idle);
+                    // Unconstrained, as a timeout's own timer is: a stream that used up
+                    // the task's budget still meets its bound.
+                    () = tokio::task::unconstrained(&mut quiet) => {
+                        let due = crate::llm::resilient::after(waiting, idle);
                         if tokio::time::Instant::now() >= due {
                             break Err(());
                         }
@@ -186,7 +188,7 @@ pub(super) fn answer_events(
                     }
                 }
             };
-            upstream.clock.since(waiting);
+            upstream.clock.since(waiting.into_std());
             let item = match next {
                 Ok(Some(item)) => item,
                 Ok(None) => break,

@@ -408,6 +408,41 @@ async fn a_slow_answer_whose_tokens_come_within_the_idle_timeout_is_not_cut() {
     }
 }
 
+/// Tokens that come within the idle timeout, then silence: the answer ends one idle
+/// timeout after the last token, with every token before it.
+#[tokio::test]
+async fn silence_after_slow_tokens_ends_the_answer_one_idle_timeout_after_the_last() {
+    for provider in PROVIDERS {
+        let up = ScriptedUpstream::start().await;
+        let gw = Gateway::start(&up, provider, |s| {
+            s.llm.idle_timeout = std::time::Duration::from_secs(1)
+        })
+        .await;
+        up.push(Reply::SlowThenStall {
+            tokens: ["a ", "b ", "c ", "d"].map(String::from).to_vec(),
+            delay: Duration::from_millis(450),
+            silence: Duration::from_secs(6),
+        });
+        let started = std::time::Instant::now();
+        let (status, _, body) = post(
+            &gw.url("/v1/chat/completions"),
+            json!({"model": "brunix", "stream": true,
+                "messages": [{"role": "user", "content": "and then?"}]}),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let took = started.elapsed();
+        // The last token at about 1.8 s, the timeout 1 s later.
+        assert!(
+            took > Duration::from_millis(2600) && took < Duration::from_millis(4500),
+            "{provider:?}: {took:?}"
+        );
+        let (text, error) = failed_sse(&body);
+        assert_eq!(text, "a b c d", "{provider:?}");
+        assert_eq!(error["code"], "upstream_timeout", "{provider:?}: {body}");
+    }
+}
+
 #[tokio::test]
 async fn an_upstream_silent_mid_answer_ends_with_a_timeout_event_and_keeps_the_partial_turn() {
     for provider in PROVIDERS {

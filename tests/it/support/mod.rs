@@ -54,6 +54,13 @@ pub enum Reply {
     /// Streams these pieces at once, goes silent for the duration, then sends "late"
     /// and finishes.
     StallAfter(Vec<String>, Duration),
+    /// Streams these pieces `delay` apart, goes silent for `silence`, then sends "late"
+    /// and finishes.
+    SlowThenStall {
+        tokens: Vec<String>,
+        delay: Duration,
+        silence: Duration,
+    },
     /// Answers 200 with this content type and exactly this body (e.g. hand-made SSE).
     Raw {
         content_type: &'static str,
@@ -700,6 +707,7 @@ async fn handle(
             Reply::ErrorAfter(t, m) => (t, Duration::ZERO, End::Error(m)),
             Reply::Endless(d) => (vec![], d, End::Endless),
             Reply::StallAfter(t, d) => (t, Duration::ZERO, End::Stall(d)),
+            Reply::SlowThenStall { tokens, delay, silence } => (tokens, delay, End::Stall(silence)),
             Reply::Flood(n) => (vec![], Duration::ZERO, End::Flood(n)),
             Reply::Status { .. } | Reply::HangBeforeHeaders(_) | Reply::RetryAfter { .. } | Reply::Raw { .. }
             | Reply::HugeStatus { .. } | Reply::Redirect(_) => (vec!["late".into()], Duration::ZERO, End::Finish("stop")),
