@@ -372,32 +372,43 @@ async fn odd_bodies_never_crash_the_gateway() {
     assert_eq!(status, 200, "still alive");
 }
 
+/// One streamed question to a gateway whose idle timeout is 1 s, answered by `reply`:
+/// the status, how long the answer took, its body.
+async fn asked_with_a_1s_idle_timeout(provider: Provider, reply: Reply) -> (u16, Duration, String) {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, provider, |s| {
+        s.llm.idle_timeout = std::time::Duration::from_secs(1)
+    })
+    .await;
+    up.push(reply);
+    let started = std::time::Instant::now();
+    let (status, _, body) = post(
+        &gw.url("/v1/chat/completions"),
+        json!({"model": "brunix", "stream": true,
+            "messages": [{"role": "user", "content": "slowly, please"}]}),
+    )
+    .await;
+    (status, started.elapsed(), body)
+}
+
 /// The idle timeout counts from the last token, not from the answer's start: an answer
 /// longer than it, whose tokens each come within it, arrives whole.
 #[tokio::test]
 async fn a_slow_answer_whose_tokens_come_within_the_idle_timeout_is_not_cut() {
     for provider in PROVIDERS {
-        let up = ScriptedUpstream::start().await;
-        let gw = Gateway::start(&up, provider, |s| {
-            s.llm.idle_timeout = std::time::Duration::from_secs(1)
-        })
-        .await;
-        up.push(Reply::Tokens {
-            tokens: ["one ", "two ", "three ", "four ", "five"]
-                .map(String::from)
-                .to_vec(),
-            delay: Duration::from_millis(450),
-            finish: "stop",
-        });
-        let started = std::time::Instant::now();
-        let (status, _, body) = post(
-            &gw.url("/v1/chat/completions"),
-            json!({"model": "brunix", "stream": true,
-                "messages": [{"role": "user", "content": "count slowly"}]}),
+        let (status, took, body) = asked_with_a_1s_idle_timeout(
+            provider,
+            Reply::Tokens {
+                tokens: ["one ", "two ", "three ", "four ", "five"]
+                    .map(String::from)
+                    .to_vec(),
+                delay: Duration::from_millis(450),
+                finish: "stop",
+            },
         )
         .await;
         assert_eq!(status, 200);
-        assert!(started.elapsed() > Duration::from_secs(2), "{provider:?}");
+        assert!(took > Duration::from_secs(2), "{provider:?}");
         let events = sse_events(&body);
         assert_eq!(
             sse_text(&events),
@@ -413,25 +424,16 @@ async fn a_slow_answer_whose_tokens_come_within_the_idle_timeout_is_not_cut() {
 #[tokio::test]
 async fn silence_after_slow_tokens_ends_the_answer_one_idle_timeout_after_the_last() {
     for provider in PROVIDERS {
-        let up = ScriptedUpstream::start().await;
-        let gw = Gateway::start(&up, provider, |s| {
-            s.llm.idle_timeout = std::time::Duration::from_secs(1)
-        })
-        .await;
-        up.push(Reply::SlowThenStall {
-            tokens: ["a ", "b ", "c ", "d"].map(String::from).to_vec(),
-            delay: Duration::from_millis(450),
-            silence: Duration::from_secs(6),
-        });
-        let started = std::time::Instant::now();
-        let (status, _, body) = post(
-            &gw.url("/v1/chat/completions"),
-            json!({"model": "brunix", "stream": true,
-                "messages": [{"role": "user", "content": "and then?"}]}),
+        let (status, took, body) = asked_with_a_1s_idle_timeout(
+            provider,
+            Reply::SlowThenStall {
+                tokens: ["a ", "b ", "c ", "d"].map(String::from).to_vec(),
+                delay: Duration::from_millis(450),
+                silence: Duration::from_secs(6),
+            },
         )
         .await;
         assert_eq!(status, 200);
-        let took = started.elapsed();
         // The last token at about 1.8 s, the timeout 1 s later.
         assert!(
             took > Duration::from_millis(2600) && took < Duration::from_millis(4500),
