@@ -36,6 +36,7 @@ use axum::response::Response;
 use axum::routing::{any, get};
 use axum::Router;
 use tokio::net::TcpListener;
+use tower::ServiceBuilder;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 
@@ -66,8 +67,11 @@ pub fn router(state: AppState) -> Router {
     let liveness = Router::new()
         .route("/health", get(health::health))
         .method_not_allowed_fallback(dialect::method_not_allowed::<OpenAi>)
-        .layer(cors(&guard.cors_origins))
-        .layer(middleware::from_fn(access_log));
+        .layer(
+            ServiceBuilder::new()
+                .layer(middleware::from_fn(access_log))
+                .layer(cors(&guard.cors_origins)),
+        );
     // A nested router answers `/v1` but not `/v1/`: that one in its dialect too.
     guard
         .around::<OpenAi>(operations)
@@ -95,9 +99,12 @@ pub fn router(state: AppState) -> Router {
             guard.around::<Ollama>(Router::new().route("/api/", any(dialect::not_found::<Ollama>))),
         )
         .merge(liveness)
-        .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
-        .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), MakeRequestUuid))
-        .layer(middleware::from_fn(plain_request_id))
+        .layer(
+            ServiceBuilder::new()
+                .layer(middleware::from_fn(plain_request_id))
+                .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), MakeRequestUuid))
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone())),
+        )
         .with_state(state)
 }
 
@@ -128,23 +135,27 @@ struct Guard {
 
 impl Guard {
     fn around<D: Dialect>(&self, routes: Router<AppState>) -> Router<AppState> {
-        routes
-            // Inside the key check: only accepted keys are counted.
-            .layer(middleware::from_fn_with_state(
-                self.limits.clone(),
-                limits::enforce::<D>,
-            ))
-            .layer(middleware::from_fn_with_state(
-                self.keys.clone(),
-                auth::require_key::<D>,
-            ))
-            // Outside the key check: browsers send preflights without credentials.
-            .layer(cors(&self.cors_origins))
-            .layer(middleware::from_fn_with_state(
-                self.sites.clone(),
-                sites::guard::<D>,
-            ))
-            .layer(middleware::from_fn(access_log))
+        // One layer of concrete services, not five: each `Router::layer` boxes every
+        // route once more, and every request clones each box (an allocation apiece).
+        routes.layer(
+            ServiceBuilder::new()
+                .layer(middleware::from_fn(access_log))
+                .layer(middleware::from_fn_with_state(
+                    self.sites.clone(),
+                    sites::guard::<D>,
+                ))
+                // Outside the key check: browsers send preflights without credentials.
+                .layer(cors(&self.cors_origins))
+                .layer(middleware::from_fn_with_state(
+                    self.keys.clone(),
+                    auth::require_key::<D>,
+                ))
+                // Inside the key check: only accepted keys are counted.
+                .layer(middleware::from_fn_with_state(
+                    self.limits.clone(),
+                    limits::enforce::<D>,
+                )),
+        )
     }
 }
 
