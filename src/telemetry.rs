@@ -272,24 +272,99 @@ pub struct ChatRequest<'a> {
 
 impl ChatRequest<'_> {
     pub fn record(self) {
-        let model = SharedString::from(Arc::<str>::from(self.model));
-        let route = self.route;
-        metrics::counter!("assist_requests_total",
-            "route" => route, "model" => model.clone(), "status" => status_label(self.status))
-        .increment(1);
-        metrics::histogram!("assist_request_duration_seconds", "route" => route, "model" => model.clone())
-            .record(self.total);
-        metrics::histogram!("assist_gateway_overhead_seconds", "route" => route, "model" => model.clone())
+        let series = ChatSeries::of(self.route, self.model, self.status);
+        series.requests.increment(1);
+        series.duration.record(self.total);
+        series
+            .overhead
             .record(self.total.saturating_sub(self.upstream));
         if let Some(ttft) = self.ttft {
-            metrics::histogram!("assist_ttft_seconds", "route" => route, "model" => model.clone())
+            series
+                .ttft
+                .get_or_init(|| {
+                    metrics::histogram!("assist_ttft_seconds",
+                        "route" => series.route, "model" => series.model.clone())
+                })
                 .record(ttft);
         }
         if let Some(tokens) = self.tokens {
-            metrics::counter!("assist_tokens_streamed_total", "model" => model).increment(tokens);
+            series
+                .tokens
+                .get_or_init(|| {
+                    metrics::counter!("assist_tokens_streamed_total", "model" => series.model.clone())
+                })
+                .increment(tokens);
         }
         if let Some(kind) = self.upstream_error {
             metrics::counter!("assist_upstream_errors_total", "kind" => kind).increment(1);
+        }
+    }
+}
+
+/// The metrics of one route, model and status, registered with the recorder on their first
+/// request and kept: registering (hashing the name and labels, a lookup under the
+/// registry's lock) costs several times what recording does, and every chat request
+/// records up to five.
+struct ChatSeries {
+    route: &'static str,
+    model: SharedString,
+    status: u16,
+    requests: metrics::Counter,
+    duration: metrics::Histogram,
+    overhead: metrics::Histogram,
+    /// Registered on the first request that has one (a series without any is not shown).
+    ttft: OnceLock<metrics::Histogram>,
+    tokens: OnceLock<metrics::Counter>,
+}
+
+/// Most series kept; past them a request registers its own (the model label is already
+/// bounded by the catalogue, the status by HTTP's).
+const MAX_CHAT_SERIES: usize = 256;
+
+static CHAT_SERIES: std::sync::RwLock<Vec<Arc<ChatSeries>>> = std::sync::RwLock::new(Vec::new());
+
+impl ChatSeries {
+    fn of(route: &'static str, model: &str, status: u16) -> Arc<ChatSeries> {
+        use std::sync::PoisonError;
+        let same =
+            |s: &&Arc<ChatSeries>| s.status == status && s.route == route && &*s.model == model;
+        let known = CHAT_SERIES
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(same)
+            .cloned();
+        if let Some(series) = known {
+            return series;
+        }
+        let series = Arc::new(Self::register(route, model, status));
+        // Handles are kept only from the gateway's own recorder: one installed later would
+        // never see them.
+        if matches!(RECORDER.get(), Some(Some(_))) {
+            let mut all = CHAT_SERIES.write().unwrap_or_else(PoisonError::into_inner);
+            match all.iter().find(same) {
+                Some(first) => return first.clone(),
+                None if all.len() < MAX_CHAT_SERIES => all.push(series.clone()),
+                None => {}
+            }
+        }
+        series
+    }
+
+    fn register(route: &'static str, model: &str, status: u16) -> Self {
+        let model = SharedString::from(Arc::<str>::from(model));
+        Self {
+            requests: metrics::counter!("assist_requests_total",
+                "route" => route, "model" => model.clone(), "status" => status_label(status)),
+            duration: metrics::histogram!("assist_request_duration_seconds",
+                "route" => route, "model" => model.clone()),
+            overhead: metrics::histogram!("assist_gateway_overhead_seconds",
+                "route" => route, "model" => model.clone()),
+            ttft: OnceLock::new(),
+            tokens: OnceLock::new(),
+            route,
+            model,
+            status,
         }
     }
 }
@@ -355,4 +430,59 @@ pub fn set_sessions(n: u64) {
 
 pub fn set_index_chunks(index: &'static str, n: u64) {
     metrics::gauge!("assist_index_chunks", "index" => index).set(n as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chat_series_is_registered_once_and_counts_every_request() {
+        let handle = install().expect("the gateway's recorder is the process's");
+        let (route, model) = ("/v1/series-test", "series-model");
+        let request = |status, ttft: Option<Duration>| {
+            ChatRequest {
+                route,
+                model,
+                status,
+                total: Duration::from_millis(3),
+                ttft,
+                upstream: Duration::from_millis(1),
+                tokens: ttft.map(|_| 4),
+                upstream_error: None,
+            }
+            .record()
+        };
+        request(200, Some(Duration::from_millis(1)));
+        request(200, None);
+        request(500, None);
+        assert!(Arc::ptr_eq(
+            &ChatSeries::of(route, model, 200),
+            &ChatSeries::of(route, model, 200)
+        ));
+        let text = handle.render();
+        let value = |name: &str, labels: &[&str]| -> f64 {
+            let line = text
+                .lines()
+                .find(|l| {
+                    l.starts_with(&format!("{name}{{")) && labels.iter().all(|x| l.contains(x))
+                })
+                .unwrap_or_else(|| panic!("no {name} {labels:?} in\n{text}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        let ours = [r#"route="/v1/series-test""#, r#"model="series-model""#];
+        let with = |status: &'static str| [ours[0], ours[1], status];
+        assert_eq!(
+            value("assist_requests_total", &with(r#"status="200""#)),
+            2.0
+        );
+        assert_eq!(
+            value("assist_requests_total", &with(r#"status="500""#)),
+            1.0
+        );
+        assert_eq!(value("assist_request_duration_seconds_count", &ours), 3.0);
+        assert_eq!(value("assist_gateway_overhead_seconds_count", &ours), 3.0);
+        assert_eq!(value("assist_ttft_seconds_count", &ours), 1.0);
+        assert_eq!(value("assist_tokens_streamed_total", &ours[1..]), 4.0);
+    }
 }
