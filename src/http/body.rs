@@ -79,25 +79,40 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> 
         ));
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.inner();
-        if inner.is_syntax() || inner.is_eof() {
-            GatewayError::invalid(
-                "body",
-                format!("the request body is not valid JSON: {inner}"),
-            )
-        } else if path == "." {
-            GatewayError::invalid("body", format!("invalid request: {inner}"))
-        } else {
-            GatewayError::invalid(path.clone(), format!("invalid value for '{path}': {inner}"))
-        }
-    })?;
+    // Read as it is; only a body that fails is read again, tracking the path to the
+    // field that failed for the message (the tracking costs a third of the reading).
+    let value = match T::deserialize(&mut de) {
+        Ok(value) => value,
+        Err(first) => return Err(why_not::<T>(bytes, first)),
+    };
     // Only whitespace may follow the object: `{…} garbage` or two objects is not a request.
     de.end().map_err(|e| {
         GatewayError::invalid("body", format!("the request body is not valid JSON: {e}"))
     })?;
     Ok(value)
+}
+
+/// Why `bytes` are not a `T`: where and what, from a second reading that tracks its path
+/// (the `first` reading's error if that one found none).
+fn why_not<T: DeserializeOwned>(bytes: &[u8], first: serde_json::Error) -> GatewayError {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Ok(_) => GatewayError::invalid("body", format!("invalid request: {first}")),
+        Err(e) => {
+            let path = e.path().to_string();
+            let inner = e.inner();
+            if inner.is_syntax() || inner.is_eof() {
+                GatewayError::invalid(
+                    "body",
+                    format!("the request body is not valid JSON: {inner}"),
+                )
+            } else if path == "." {
+                GatewayError::invalid("body", format!("invalid request: {inner}"))
+            } else {
+                GatewayError::invalid(path.clone(), format!("invalid value for '{path}': {inner}"))
+            }
+        }
+    }
 }
 
 /// A string or a list of strings (OpenAI `stop`, embedding `input`).
