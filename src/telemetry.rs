@@ -328,19 +328,18 @@ impl ChatSeries {
         use std::sync::PoisonError;
         let same =
             |s: &&Arc<ChatSeries>| s.status == status && s.route == route && &*s.model == model;
-        let known = CHAT_SERIES
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .find(same)
-            .cloned();
-        if let Some(series) = known {
-            return series;
-        }
+        // Handles are kept only from the gateway's own recorder, installed before they are
+        // made: handles made before it are no-ops, and it would never see them.
+        let keep = matches!(RECORDER.get(), Some(Some(_)));
+        let room = {
+            let all = CHAT_SERIES.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(series) = all.iter().find(same) {
+                return series.clone();
+            }
+            all.len() < MAX_CHAT_SERIES
+        };
         let series = Arc::new(Self::register(route, model, status));
-        // Handles are kept only from the gateway's own recorder: one installed later would
-        // never see them.
-        if matches!(RECORDER.get(), Some(Some(_))) {
+        if keep && room {
             let mut all = CHAT_SERIES.write().unwrap_or_else(PoisonError::into_inner);
             match all.iter().find(same) {
                 Some(first) => return first.clone(),

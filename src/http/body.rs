@@ -83,6 +83,13 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> 
     // field that failed for the message (the tracking costs a third of the reading).
     let value = match T::deserialize(&mut de) {
         Ok(value) => value,
+        // Not JSON at all: the path would not be in the message, nothing to read again.
+        Err(e) if e.is_syntax() || e.is_eof() => {
+            return Err(GatewayError::invalid(
+                "body",
+                format!("the request body is not valid JSON: {e}"),
+            ))
+        }
         Err(first) => return Err(why_not::<T>(bytes, first)),
     };
     // Only whitespace may follow the object: `{…} garbage` or two objects is not a request.
