@@ -452,6 +452,8 @@ struct SseState {
     usage: Option<Usage>,
     /// Tool calls being assembled, by index.
     calls: Vec<PartialCall>,
+    /// Relayed events' scans.
+    scanner: relay::Scanner,
 }
 
 /// One tool call as its deltas arrive.
@@ -557,7 +559,7 @@ impl SseState {
         up: &Upstream,
         out: &mut Vec<u8>,
     ) -> Result<bool, UpstreamError> {
-        let scanned = relay::scan(&relay::OPENAI, data.as_bytes());
+        let scanned = self.scanner.scan(&relay::OPENAI, data.as_bytes());
         if scanned.read {
             // Its text and whole tool calls are the event itself, passed on as it came.
             self.read(data, up)?;

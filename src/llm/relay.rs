@@ -86,8 +86,80 @@ pub(super) struct Scanned {
     pub(super) usage_only: bool,
 }
 
+/// Scans one stream's events for `keys`, knowing an event that differs from the last
+/// plain text event only inside its text without scanning it: nearly every event of an
+/// OpenAI stream (the id, `created` and model are the same in each). Ollama's lines each
+/// carry their own time, so they are scanned with [`scan`].
+#[derive(Default)]
+pub(super) struct Scanner {
+    /// The last plain text event (not read, with text, an answer's) up to its text's
+    /// opening quote, and from the text's closing quote on; empty when there is none.
+    before: Vec<u8>,
+    after: Vec<u8>,
+}
+
+impl Scanner {
+    pub(super) fn scan(&mut self, keys: &Keys, data: &[u8]) -> Scanned {
+        const PLAIN_TEXT: Scanned = Scanned {
+            read: false,
+            content: true,
+            usage_only: false,
+        };
+        // The same bytes around a text that closes where the last one did: every colon
+        // outside it is where it was (the same keys, the same values), and none inside it
+        // follows a quoted name (its quotes are escaped). So it scans as the last did.
+        if !self.before.is_empty()
+            && data.len() > self.before.len() + self.after.len()
+            && data.starts_with(&self.before)
+            && data.ends_with(&self.after)
+            && plain_text(&data[self.before.len()..data.len() - self.after.len()])
+        {
+            return PLAIN_TEXT;
+        }
+        let (found, text) = scan_at(keys, data);
+        self.before.clear();
+        self.after.clear();
+        if found == PLAIN_TEXT {
+            // Not when a colon follows the text's closing quote: its key would be the text.
+            let keyed = |close: usize| data[close + 1..].trim_ascii_start().starts_with(b":");
+            if let Some((open, close)) = text.filter(|&(_, close)| !keyed(close)) {
+                self.before.extend_from_slice(&data[..=open]);
+                self.after.extend_from_slice(&data[close..]);
+            }
+        }
+        found
+    }
+}
+
+/// Whether text between the same bytes as a plain text event's scans as its text did:
+/// no `\u` (which the scan reads), and every quote in it after a backslash, so that no
+/// colon in it follows a quoted name.
+fn plain_text(text: &[u8]) -> bool {
+    memchr::memmem::find(text, b"\\u").is_none()
+        && memchr::memchr_iter(b'"', text).all(|i| i > 0 && text[i - 1] == b'\\')
+}
+
+/// Where the JSON string whose opening quote is at `open` closes (the index of its
+/// closing quote).
+fn string_end(data: &[u8], open: usize) -> Option<usize> {
+    let mut at = open + 1;
+    loop {
+        let i = memchr::memchr2(b'"', b'\\', data.get(at..)?)?;
+        match data[at + i] {
+            b'"' => return Some(at + i),
+            _ => at += i + 2,
+        }
+    }
+}
+
 /// Scans one event's data for `keys`.
 pub(super) fn scan(keys: &Keys, data: &[u8]) -> Scanned {
+    scan_at(keys, data).0
+}
+
+/// [`scan`], and where the first non-empty text string is (its quotes' indices).
+fn scan_at(keys: &Keys, data: &[u8]) -> (Scanned, Option<(usize, usize)>) {
+    let mut text = None;
     let mut choices = false;
     let mut found = Scanned {
         // Anything but an object is not an event of either wire: the reader says why.
@@ -103,7 +175,12 @@ pub(super) fn scan(keys: &Keys, data: &[u8]) -> Scanned {
             Role::Read => found.read |= !value.starts_with(b"null"),
             Role::ReadIfTrue => found.read |= value.starts_with(b"true"),
             Role::Content => {
-                found.content |= value.first() == Some(&b'"') && value.get(1) != Some(&b'"');
+                let some = value.first() == Some(&b'"') && value.get(1) != Some(&b'"');
+                if some && text.is_none() {
+                    let open = data.len() - value.len();
+                    text = string_end(data, open).map(|close| (open, close));
+                }
+                found.content |= some;
             }
             // Any choice makes it an answer's event, wherever the key is.
             Role::Choices => choices |= !empty_array(value),
@@ -114,7 +191,7 @@ pub(super) fn scan(keys: &Keys, data: &[u8]) -> Scanned {
     // an event with any escaped character is read (JSON writers that escape non-ASCII
     // text send most events so).
     found.read |= memchr::memmem::find(data, b"\\u").is_some();
-    found
+    (found, text)
 }
 
 /// Whether a value is `[]` (whitespace allowed inside).
@@ -267,6 +344,102 @@ mod tests {
             br#"{"error":"model not loaded"}"#,
         ] {
             assert!(scan(&OLLAMA, line).read, "{}", String::from_utf8_lossy(line));
+        }
+    }
+
+    /// Events whose text is `text`, in the shapes of a stream's events.
+    fn events(text: &str) -> Vec<String> {
+        vec![
+            format!(
+                r#"{{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":null}}]}}"#
+            ),
+            format!(
+                r#"{{"id":"c2","choices": [{{"index": 0, "delta": {{"content": "{text}"}}, "finish_reason": null}}]}}"#
+            ),
+            format!(
+                r#"{{"id":"c1","choices":[{{"index":0,"text":"{text}","finish_reason":null}}]}}"#
+            ),
+            format!(
+                r#"{{"id":"c1","choices":[{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":"stop"}}]}}"#
+            ),
+            format!(
+                r#"{{"id":"c1","choices":[{{"index":0,"delta":{{"content":"{text}","tool_calls":[]}},"finish_reason":null}}],"usage":null}}"#
+            ),
+            format!(r#"{{"id":"c1","choices":[],"usage":{{"prompt_tokens":1}},"x":"{text}"}}"#),
+            // Not JSON: the text is also a key.
+            format!(r#"{{"choices":[{{"delta":{{"content":"{text}" : 1}}}}]}}"#),
+        ]
+    }
+
+    /// Texts that end, escape or break the string they are in, or look like keys.
+    const TEXTS: &[&str] = &[
+        "Hi",
+        " there",
+        "",
+        r#"a \"quoted\" word"#,
+        r#"\"usage\": 1"#,
+        r#"","usage":{"a":1},"b":""#,
+        r#"tab\tand\\"#,
+        r#"\\u0041"#,
+        r#"\u00e9"#,
+        r#"ends in \"#,
+        "\"",
+        "{\"a\":1}",
+        "é: ünï",
+        ":",
+        "usage",
+        "finish_reason",
+    ];
+
+    #[test]
+    fn a_stream_scans_as_each_event_alone_and_known_text_events_skip_the_scan() {
+        let all: Vec<String> = TEXTS.iter().flat_map(|t| events(t)).collect();
+        for first in &all {
+            for next in &all {
+                let mut scanner = Scanner::default();
+                assert_eq!(
+                    scanner.scan(&OPENAI, first.as_bytes()),
+                    scan(&OPENAI, first.as_bytes())
+                );
+                assert_eq!(
+                    scanner.scan(&OPENAI, next.as_bytes()),
+                    scan(&OPENAI, next.as_bytes()),
+                    "after {first}\nscanning {next}"
+                );
+            }
+        }
+        // A plain text event is known by the bytes around its text.
+        let mut scanner = Scanner::default();
+        scanner.scan(&OPENAI, events("Hi")[0].as_bytes());
+        assert!(
+            scanner.before.ends_with(br#""content":""#),
+            "{:?}",
+            scanner.before
+        );
+        assert!(scanner.after.starts_with(br#""},"finish_reason""#));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_stream_scans_as_each_event_alone(
+            stream in proptest::collection::vec(
+                (0..7usize, proptest::collection::vec(proptest::sample::select(vec![
+                    "a", " ", "\"", "\\", "\\\"", "u", "\\u", "\\\\", ":", "\"usage\"",
+                    "\"usage\":1", "\",\"usage\":{\"a\":1},\"x\":\"", "}", "{", ",", "]",
+                    "null", "é", "\"content\":\"", "\"choices\":[]", "usage", "error",
+                ]), 0..8)),
+                1..8,
+            )
+        ) {
+            let mut scanner = Scanner::default();
+            for (shape, text) in stream {
+                let event = events(&text.concat()).swap_remove(shape);
+                proptest::prop_assert_eq!(
+                    scanner.scan(&OPENAI, event.as_bytes()),
+                    scan(&OPENAI, event.as_bytes()),
+                    "{}", event
+                );
+            }
         }
     }
 
