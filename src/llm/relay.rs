@@ -90,6 +90,7 @@ pub(super) struct Scanned {
 /// plain text event only inside its text without scanning it: nearly every event of an
 /// OpenAI stream (the id, `created` and model are the same in each). Ollama's lines each
 /// carry their own time, so they are scanned with [`scan`].
+/// One scanner serves one stream, always with the same keys.
 #[derive(Default)]
 pub(super) struct Scanner {
     /// The last plain text event (not read, with text, an answer's) up to its text's
@@ -390,6 +391,22 @@ mod tests {
         "usage",
         "finish_reason",
     ];
+
+    /// What the scanner's shortcut rests on: no key name holds a quote, and none ends in
+    /// a backslash, a space or a colon.
+    #[test]
+    fn key_names_are_plain_words() {
+        for keys in [&OPENAI, &OLLAMA] {
+            for (name, _) in keys.keys {
+                assert!(
+                    !name.is_empty()
+                        && name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_'),
+                    "{}",
+                    String::from_utf8_lossy(name)
+                );
+            }
+        }
+    }
 
     #[test]
     fn a_stream_scans_as_each_event_alone_and_known_text_events_skip_the_scan() {
