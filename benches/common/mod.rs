@@ -120,8 +120,8 @@ pub fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Resident memory of a process and all its descendants (server workers), KiB.
-pub fn rss_tree_kib(pid: u32) -> u64 {
+/// A process and all its descendants (server workers), the process first.
+pub fn process_tree(pid: u32) -> Vec<u32> {
     let mut parents: Vec<(u32, u32)> = Vec::new();
     if let Ok(dir) = std::fs::read_dir("/proc") {
         for entry in dir.flatten() {
@@ -156,7 +156,12 @@ pub fn rss_tree_kib(pid: u32) -> u64 {
         );
         i += 1;
     }
-    tree.into_iter().map(rss_kib).sum()
+    tree
+}
+
+/// Resident memory of a process and all its descendants (server workers), KiB.
+pub fn rss_tree_kib(pid: u32) -> u64 {
+    process_tree(pid).into_iter().map(rss_kib).sum()
 }
 
 /// Samples a process tree's resident memory every 20 ms and keeps the peak.

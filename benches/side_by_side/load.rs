@@ -293,6 +293,8 @@ impl Runner<'_> {
         Closed {
             concurrency,
             rate: (done1 - done0) as f64 / span,
+            answered: done.load(Ordering::Relaxed),
+            cpu: None,
             errors: failed1 - failed0,
             first_error,
         }
@@ -344,6 +346,12 @@ impl Runner<'_> {
 pub(crate) struct Closed {
     pub(crate) concurrency: usize,
     pub(crate) rate: f64,
+    /// Answers completed over the whole run (ramp-up included): what the target's CPU
+    /// time over the run is divided by.
+    pub(crate) answered: u64,
+    /// The target's CPU time per answer over the run (set by the caller, which knows the
+    /// target's process).
+    pub(crate) cpu: Option<CpuPerAnswer>,
     /// Failed requests in the counted part.
     pub(crate) errors: u64,
     pub(crate) first_error: Option<String>,
@@ -370,6 +378,12 @@ impl Closed {
     }
 
     /// The rate, when every request of the counted part succeeded.
+    /// How much of one core the target's CPU time filled over the run (its CPU time per
+    /// answer times its rate).
+    pub(crate) fn busy(&self) -> Option<f64> {
+        self.cpu.map(|cpu| cpu.total_us() * self.rate / 1e6)
+    }
+
     pub(crate) fn clean_rate(&self) -> Option<f64> {
         (self.errors == 0 && self.rate > 0.0).then_some(self.rate)
     }
@@ -379,6 +393,19 @@ impl Closed {
             Some(r) => thousands(r),
             None => format!("{} ({} failed)", thousands(self.rate), self.errors),
         }
+    }
+}
+
+/// A target's CPU time per answer, microseconds, split as the kernel accounts it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CpuPerAnswer {
+    pub(crate) user_us: f64,
+    pub(crate) system_us: f64,
+}
+
+impl CpuPerAnswer {
+    pub(crate) fn total_us(&self) -> f64 {
+        self.user_us + self.system_us
     }
 }
 
@@ -527,6 +554,8 @@ async fn closed_loop_oha(
     Closed {
         concurrency,
         rate: count(true) as f64 / total,
+        answered: count(true),
+        cpu: None,
         errors: failed,
         first_error,
     }

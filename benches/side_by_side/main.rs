@@ -29,7 +29,11 @@
 //! Throughput at a fixed concurrency is closed-loop on top of that: c clients, each
 //! sending its next request when its last answer is complete (req/s at c=32 non-streamed,
 //! streams/s at c=50 and c=200). After the table, every row against nginx's: throughput
-//! ratios and p50 differences.
+//! ratios and p50 differences; then each target's CPU time per answer in the closed loops
+//! and nginx's over it, the ratio of what one core serves, which needs no load side
+//! faster than nginx (on two cores the load side is not: nginx's core was about half
+//! idle in the closed loops, 2026-11-28). A closed-loop throughput counts as a target's
+//! ceiling only when its CPU time filled its core (`report::SATURATED`).
 //! See docs/benchmarks.md, "Against LiteLLM and nginx", for what each column means.
 //!
 //! Pinning (BENCH_PIN=on, the default, when at least 2 CPUs are allowed): the target under
@@ -92,8 +96,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{
-    command_on, env_or, free_port, mib, percentile, rss_tree_kib, start_gateway_on, thousands,
-    wait_ok, GatewayOptions, GatewayProcess, OtlpSink, Proc, RssSampler,
+    command_on, env_or, free_port, mib, percentile, process_tree, rss_tree_kib, start_gateway_on,
+    thousands, wait_ok, GatewayOptions, GatewayProcess, OtlpSink, Proc, RssSampler,
 };
 use serde_json::json;
 use support::{Reply, ScriptedUpstream, UPSTREAM_MODEL};
@@ -213,7 +217,10 @@ async fn measure(
             cpu_ms_per_1000 = cpu_before
                 .zip(target.server.pid().and_then(cpu_ticks))
                 .filter(|_| answers > 0)
-                .map(|(a, b)| (b - a) as f64 * 1000.0 / clock_ticks() / answers as f64 * 1000.0);
+                .map(|((u0, s0), (u1, s1))| {
+                    ((u1 + s1) - (u0 + s0)) as f64 * 1000.0 / clock_ticks() / answers as f64
+                        * 1000.0
+                });
         }
         eprintln!("{name}: {rate} req/s: {}", step.summary());
         upstream.clear_requests();
@@ -221,15 +228,13 @@ async fn measure(
         fixed.push(step);
     }
 
-    let closed = run
-        .closed_loop(&plain, false, knobs.concurrency, knobs.secs)
-        .await;
+    let closed = closed_loop(&run, target, &plain, false, knobs.concurrency).await;
     eprintln!("{name}: closed loop, non-streamed, {}", closed.summary());
     upstream.clear_requests();
     run.recover(&plain, &closed.as_step()).await;
     let mut streams = Vec::new();
     for &c in &knobs.stream_concurrency {
-        let s = run.closed_loop(&streamed, true, c, knobs.secs).await;
+        let s = closed_loop(&run, target, &streamed, true, c).await;
         eprintln!("{name}: closed loop, streams, {}", s.summary());
         upstream.clear_requests();
         run.recover(&plain, &s.as_step()).await;
@@ -291,6 +296,35 @@ async fn measure(
         rss_idle_kib,
         rss_load_kib,
     }
+}
+
+/// A closed-loop run, with the target's CPU time per answer over it (none for the direct
+/// row, whose upstream is this process).
+async fn closed_loop(
+    run: &Runner<'_>,
+    target: &Target,
+    body: &Bytes,
+    stream: bool,
+    concurrency: usize,
+) -> Closed {
+    let pid = target.server.pid();
+    let before = pid.and_then(cpu_ticks);
+    let mut closed = run
+        .closed_loop(body, stream, concurrency, run.knobs.secs)
+        .await;
+    let after = pid.and_then(cpu_ticks);
+    let answered = closed.answered;
+    closed.cpu = before
+        .zip(after)
+        .filter(|_| answered > 0)
+        .map(|((u0, s0), (u1, s1))| {
+            let us = 1e6 / clock_ticks() / answered as f64;
+            CpuPerAnswer {
+                user_us: (u1 - u0) as f64 * us,
+                system_us: (s1 - s0) as f64 * us,
+            }
+        });
+    closed
 }
 
 fn main() {
@@ -460,6 +494,7 @@ async fn bench(knobs: Knobs, pinning: Pinning, cores: usize) {
         );
     }
     print_against_nginx(&rows, &knobs, &closed_heads);
+    print_cpu_per_answer(&rows, &closed_heads);
     print_tracing_cost(&rows, &knobs, &closed_heads, &exported);
     print_stages(&rows);
     println!();

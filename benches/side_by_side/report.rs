@@ -48,13 +48,42 @@ pub(crate) fn latency_cell(step: &Step, base: Option<&Step>, is_base: bool, ttft
 }
 
 /// A throughput this far below the direct upstream's at least is the target's own: closer,
-/// and the load side (client and upstream on their core) may be what stopped it.
+/// and the load side (client and upstream on their core) may be what stopped it. The
+/// check when the target's CPU time is not known.
 pub(crate) const LOAD_BOUND: f64 = 1.25;
 
+/// A target whose CPU time over a closed-loop run was at least this share of its one core
+/// was at its ceiling; below it, something else (the load side, or too few clients for
+/// the latency) set the rate.
+pub(crate) const SATURATED: f64 = 0.9;
+
+/// The closed-loop runs of a row, in the columns' order.
+fn closed_runs(row: &Row) -> Vec<&Closed> {
+    std::iter::once(&row.closed).chain(&row.streams).collect()
+}
+
+/// Whether each closed-loop figure of `row` is the target's own ceiling: its core was
+/// busy (`SATURATED`); without a CPU reading, whether the direct upstream beat it by
+/// `LOAD_BOUND`. None where there is no figure to judge.
+fn ceilings(row: &Row, direct: Option<&Row>) -> Vec<Option<bool>> {
+    closed_runs(row)
+        .into_iter()
+        .enumerate()
+        .map(|(i, run)| {
+            let v = run.clean_rate()?;
+            if let Some(busy) = run.busy() {
+                return Some(busy >= SATURATED);
+            }
+            let d = closed_runs(direct?)[i].clean_rate()?;
+            Some(d >= LOAD_BOUND * v)
+        })
+        .collect()
+}
+
 /// Every row against nginx's: throughput as a ratio, p50 and p99 at each fixed rate as
-/// differences. A closed-loop figure within `LOAD_BOUND` of the direct upstream's is the
-/// load side's ceiling, not the target's: nginx's is then a lower bound (≥, and every
-/// ratio to it an upper bound, ≤), another row's gets no ratio ("load-bound").
+/// differences. A closed-loop figure is the target's ceiling only when its core was busy
+/// (`ceilings`): nginx's is otherwise a lower bound (≥, and every ratio to it an upper
+/// bound, ≤), another row's gets no ratio ("load-bound").
 pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[String]) {
     let Some(floor) = rows.iter().find(|r| r.name == "nginx") else {
         println!();
@@ -63,16 +92,10 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
     };
     let direct = rows.iter().find(|r| r.name == "direct upstream");
     let closed_of = |row: &Row| -> Vec<Option<f64>> {
-        std::iter::once(&row.closed)
-            .chain(&row.streams)
+        closed_runs(row)
+            .into_iter()
             .map(Closed::clean_rate)
             .collect()
-    };
-    let direct_closed = direct.map(closed_of);
-    // Per column: whether a figure is clear of the load side's ceiling.
-    let clear = |i: usize, v: f64| -> Option<bool> {
-        let d = direct_closed.as_ref()?.get(i).copied().flatten()?;
-        Some(d >= LOAD_BOUND * v)
     };
     let bound = knobs.bounds_ms.iter().cloned().fold(0.0, f64::max);
     // The ladder's top step met, as a number ("≥" is said in the cell).
@@ -104,7 +127,7 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
     println!(
         "Against nginx: throughput and its ratio to nginx's (×); p50 / p99 latency minus nginx's at the same rate, ms (nginx row: its own, in brackets). \
          Closed-loop columns: whole answers per second with c clients, each sending its next request when its answer is complete ({} s counted each; load: {}). \
-         A closed-loop figure that the direct upstream's does not beat by {LOAD_BOUND}× is the load side's ceiling: nginx's is then a lower bound (≥, its ratios upper bounds, ≤), another row's has no ratio (load-bound). \
+         A closed-loop figure is the target's ceiling only when its CPU time over the run filled at least {SATURATED} of its core (without a CPU reading: when the direct upstream's beats it by {LOAD_BOUND}×); otherwise nginx's is a lower bound (≥, its ratios upper bounds, ≤), another row's has no ratio (load-bound). \
          The ladder column is the open-loop \"max req/s @ p99 ≤ {bound} ms\" above.",
         knobs.secs,
         knobs.oha.as_ref().map_or("the bench's own client".to_string(), |p| format!("oha ({})", p.display())),
@@ -126,10 +149,12 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
         "---:|".repeat(rate_heads.len())
     );
     let floor_closed = closed_of(floor);
+    let floor_ceilings = ceilings(floor, direct);
     // nginx still meeting the ladder's top step: its rate is a lower bound, ratios to it
     // upper bounds.
     let (floor_ladder, floor_at_top) = ladder(floor);
     for row in rows {
+        let row_ceilings = ceilings(row, direct);
         let closed: Vec<String> = closed_of(row)
             .into_iter()
             .zip(&floor_closed)
@@ -138,7 +163,7 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
                 let Some(v) = v else {
                     return "failures".to_string();
                 };
-                let floor_is_bound = base.is_some_and(|b| clear(i, b) == Some(false));
+                let floor_is_bound = base.is_some() && floor_ceilings[i] == Some(false);
                 if row.name == floor.name {
                     return if floor_is_bound {
                         format!("≥ {}", thousands(v))
@@ -149,7 +174,7 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
                 if row.name == "direct upstream" {
                     return thousands(v);
                 }
-                match (clear(i, v), base) {
+                match (row_ceilings[i], base) {
                     (Some(false), _) => format!("{} (load-bound)", thousands(v)),
                     (_, Some(b)) if floor_is_bound => {
                         format!("{} (≤ {:.2}×)", thousands(v), v / b)
@@ -197,6 +222,79 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
     }
 }
 
+/// The targets' CPU time per answer in each closed-loop run, and nginx's over each row's:
+/// how many answers one core serves for the row against nginx, a ratio that needs no load
+/// side faster than nginx. Where nginx's throughput is load-bound it works below its
+/// ceiling, where an event-driven server's answer costs at least as much as at the
+/// ceiling (fewer events handled per wake-up), so the ratios to it are upper bounds (≤).
+pub(crate) fn print_cpu_per_answer(rows: &[Row], closed_heads: &[String]) {
+    let closed_of = |row: &Row| -> Vec<Option<(CpuPerAnswer, f64)>> {
+        closed_runs(row)
+            .into_iter()
+            .map(|c| c.cpu.zip(c.busy()).filter(|_| c.clean_rate().is_some()))
+            .collect()
+    };
+    let measured: Vec<&Row> = rows
+        .iter()
+        .filter(|r| closed_of(r).iter().any(Option::is_some))
+        .collect();
+    if measured.is_empty() {
+        return;
+    }
+    let floor = rows.iter().find(|r| r.name == "nginx");
+    let floor_cpu = floor.map(closed_of);
+    let direct = rows.iter().find(|r| r.name == "direct upstream");
+    // Per column: whether nginx's figure was below its ceiling.
+    let floor_bound: Vec<bool> = match floor {
+        Some(f) => ceilings(f, direct)
+            .into_iter()
+            .map(|c| c != Some(true))
+            .collect(),
+        None => vec![true; closed_heads.len()],
+    };
+    println!();
+    println!(
+        "CPU time per answer in the closed loops: the target's own (user + system, as the kernel's clock ticks count them, every thread and worker process, over the whole run), µs, and how much of its core that filled at its rate; \
+         for other rows, nginx's over the row's (×): how many answers one core serves against nginx, which needs no load side faster than nginx. \
+         Where nginx's throughput above is a lower bound (≥), it ran below its ceiling, where an answer costs it at least as much: the ratio is then an upper bound (≤)."
+    );
+    println!();
+    println!("| target | {} |", closed_heads.join(" | "));
+    println!("|---|{}", "---:|".repeat(closed_heads.len()));
+    for row in measured {
+        let cells: Vec<String> = closed_of(row)
+            .into_iter()
+            .enumerate()
+            .map(|(i, cpu)| {
+                let Some((cpu, busy)) = cpu else {
+                    return "–".to_string();
+                };
+                let own = format!(
+                    "{:.0} ({:.0} + {:.0}), {:.0} % busy",
+                    cpu.total_us(),
+                    cpu.user_us,
+                    cpu.system_us,
+                    busy * 100.0
+                );
+                let base = floor_cpu.as_ref().and_then(|f| f.get(i).copied().flatten());
+                match base {
+                    Some(base) if row.name != "nginx" => format!(
+                        "{own}, {}{:.2}×",
+                        if floor_bound.get(i).copied().unwrap_or(true) {
+                            "≤ "
+                        } else {
+                            ""
+                        },
+                        base.0.total_us() / cpu.total_us()
+                    ),
+                    _ => own,
+                }
+            })
+            .collect();
+        println!("| {} | {} |", row.name, cells.join(" | "));
+    }
+}
+
 pub(crate) fn mem_total_gib() -> f64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -209,12 +307,26 @@ pub(crate) fn mem_total_gib() -> f64 {
         .map_or(0.0, |kib| kib / 1024.0 / 1024.0)
 }
 
-/// A process's CPU time so far (user + system, all threads), in clock ticks.
-pub(crate) fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command's name (in parentheses, which may hold spaces): fields 3 on.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+/// CPU time so far of a process and its descendants (every thread, including those that
+/// ended), in clock ticks: (user, system).
+pub(crate) fn cpu_ticks(pid: u32) -> Option<(u64, u64)> {
+    let mut total = None;
+    for p in process_tree(pid) {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        // After the command's name (in parentheses, which may hold spaces): fields 3 on.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let tick = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+        if let (Some(user), Some(system)) = (tick(11), tick(12)) {
+            let (u, s) = total.unwrap_or((0, 0));
+            total = Some((u + user, s + system));
+        }
+    }
+    total
 }
 
 /// Clock ticks per second (`getconf CLK_TCK`; 100 on Linux).
