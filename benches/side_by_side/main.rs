@@ -117,6 +117,8 @@ struct Row {
     /// The target's CPU milliseconds per 1,000 answers at the highest fixed rate (utime +
     /// stime).
     cpu_ms_per_1000: Option<f64>,
+    /// What the rest of the machine did during the fixed-rate runs.
+    elsewhere: Option<Elsewhere>,
     /// The gateway's pipeline stages at the highest fixed rate: (stage, milliseconds per 1,000
     /// answers), from its `/metrics` before and after (gateway rows only).
     stages: Vec<(String, f64)>,
@@ -200,6 +202,7 @@ async fn measure(
     // The fixed rates, lowest first; the target's CPU and its stages at the highest.
     let mut fixed = Vec::new();
     let (mut stages, mut cpu_ms_per_1000) = (Vec::new(), None);
+    let machine_before = MachineReading::now();
     for (i, &rate) in knobs.rates.iter().enumerate() {
         let top = i + 1 == knobs.rates.len();
         let stages_before = stage_seconds(client, &target.server).await;
@@ -227,6 +230,9 @@ async fn measure(
         run.recover(&plain, &step).await;
         fixed.push(step);
     }
+    let elsewhere = machine_before
+        .zip(MachineReading::now())
+        .and_then(|(a, b)| a.until(&b));
 
     let closed = closed_loop(&run, target, &plain, false, knobs.concurrency).await;
     eprintln!("{name}: closed loop, non-streamed, {}", closed.summary());
@@ -285,6 +291,7 @@ async fn measure(
     };
     Row {
         cpu_ms_per_1000,
+        elsewhere,
         stages,
         name,
         ladder,

@@ -128,7 +128,8 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
         "Against nginx: throughput and its ratio to nginx's (×); p50 / p99 latency minus nginx's at the same rate, ms (nginx row: its own, in brackets). \
          Closed-loop columns: whole answers per second with c clients, each sending its next request when its answer is complete ({} s counted each; load: {}). \
          A closed-loop figure is the target's ceiling only when its CPU time over the run filled at least {SATURATED} of its core (without a CPU reading: when the direct upstream's beats it by {LOAD_BOUND}×); otherwise nginx's is a lower bound (≥, its ratios upper bounds, ≤), another row's has no ratio (load-bound). \
-         The ladder column is the open-loop \"max req/s @ p99 ≤ {bound} ms\" above.",
+         The ladder column is the open-loop \"max req/s @ p99 ≤ {bound} ms\" above. \
+         The last column is what the rest of the machine did during the fixed-rate runs, as shares of all its CPUs: processes other than the bench and the target, and time the hypervisor gave to other machines (steal); either makes the latencies noisy.",
         knobs.secs,
         knobs.oha.as_ref().map_or("the bench's own client".to_string(), |p| format!("oha ({})", p.display())),
     );
@@ -139,12 +140,12 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
         .map(|r| format!("p50 / p99 − nginx's @ {} req/s", thousands(*r)))
         .collect();
     println!(
-        "| target | {} | max req/s @ p99 ≤ {bound} ms (ladder) | {} |",
+        "| target | {} | max req/s @ p99 ≤ {bound} ms (ladder) | {} | rest of the machine @ those rates: other processes / steal |",
         closed_heads.join(" | "),
         rate_heads.join(" | ")
     );
     println!(
-        "|---|{}---:|{}",
+        "|---|{}---:|{}---:|",
         "---:|".repeat(closed_heads.len()),
         "---:|".repeat(rate_heads.len())
     );
@@ -212,12 +213,16 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
                 }
             })
             .collect();
+        let elsewhere = row.elsewhere.map_or("–".to_string(), |e| {
+            format!("{:.0} % / {:.0} %", e.others * 100.0, e.steal * 100.0)
+        });
         println!(
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} |",
             row.name,
             closed.join(" | "),
             ladder_cell,
-            fixed.join(" | ")
+            fixed.join(" | "),
+            elsewhere
         );
     }
 }
@@ -327,6 +332,61 @@ pub(crate) fn cpu_ticks(pid: u32) -> Option<(u64, u64)> {
         }
     }
     total
+}
+
+/// The whole machine's CPU time so far, in clock ticks, from `/proc/stat`'s first line:
+/// (busy, stolen by the hypervisor for other machines, all).
+fn machine_ticks() -> Option<(u64, u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is inside user).
+    let field = |i: usize| v.get(i).copied().unwrap_or(0);
+    let busy = field(0) + field(1) + field(2) + field(5) + field(6);
+    let steal = field(7);
+    Some((busy, steal, busy + steal + field(3) + field(4)))
+}
+
+/// What the rest of the machine was doing while a target was measured: the share of all
+/// its CPUs that processes other than this bench and its children (the target) kept busy,
+/// and the share the hypervisor gave to other machines (steal). The latency columns'
+/// noise on a shared machine comes from these.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Elsewhere {
+    pub(crate) others: f64,
+    pub(crate) steal: f64,
+}
+
+/// A reading to measure `Elsewhere` from.
+pub(crate) struct MachineReading {
+    machine: (u64, u64, u64),
+    ours: (u64, u64),
+}
+
+impl MachineReading {
+    pub(crate) fn now() -> Option<Self> {
+        Some(Self {
+            machine: machine_ticks()?,
+            ours: cpu_ticks(std::process::id())?,
+        })
+    }
+
+    /// What the rest of the machine did from this reading to `later`.
+    pub(crate) fn until(&self, later: &Self) -> Option<Elsewhere> {
+        let all = later.machine.2.checked_sub(self.machine.2)? as f64;
+        if all <= 0.0 {
+            return None;
+        }
+        let busy = later.machine.0.saturating_sub(self.machine.0);
+        let ours = (later.ours.0 + later.ours.1).saturating_sub(self.ours.0 + self.ours.1);
+        Some(Elsewhere {
+            others: busy.saturating_sub(ours) as f64 / all,
+            steal: later.machine.1.saturating_sub(self.machine.1) as f64 / all,
+        })
+    }
 }
 
 /// Clock ticks per second (`getconf CLK_TCK`; 100 on Linux).
