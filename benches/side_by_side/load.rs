@@ -295,6 +295,7 @@ impl Runner<'_> {
             rate: (done1 - done0) as f64 / span,
             answered: done.load(Ordering::Relaxed),
             cpu: None,
+            target_cpus: 1.0,
             errors: failed1 - failed0,
             first_error,
         }
@@ -347,11 +348,14 @@ pub(crate) struct Closed {
     pub(crate) concurrency: usize,
     pub(crate) rate: f64,
     /// Answers completed over the whole run (ramp-up included): what the target's CPU
-    /// time over the run is divided by.
+    /// time over the run is divided by. With oha, requests still open at the end are cut
+    /// off and not counted, though the target worked on them (at most c of them: about
+    /// 2 % at c=200), so the CPU time per answer is a little high.
     pub(crate) answered: u64,
-    /// The target's CPU time per answer over the run (set by the caller, which knows the
-    /// target's process).
+    /// The target's CPU time per answer over the run, and how many CPUs it may use (set
+    /// by the caller, which knows the target's process and pinning).
     pub(crate) cpu: Option<CpuPerAnswer>,
+    pub(crate) target_cpus: f64,
     /// Failed requests in the counted part.
     pub(crate) errors: u64,
     pub(crate) first_error: Option<String>,
@@ -377,13 +381,14 @@ impl Closed {
         }
     }
 
-    /// The rate, when every request of the counted part succeeded.
-    /// How much of one core the target's CPU time filled over the run (its CPU time per
-    /// answer times its rate).
+    /// How much of its CPUs the target's CPU time filled over the run (its CPU time per
+    /// answer times its rate, over the CPUs it may use).
     pub(crate) fn busy(&self) -> Option<f64> {
-        self.cpu.map(|cpu| cpu.total_us() * self.rate / 1e6)
+        self.cpu
+            .map(|cpu| cpu.total_us() * self.rate / 1e6 / self.target_cpus)
     }
 
+    /// The rate, when every request of the counted part succeeded.
     pub(crate) fn clean_rate(&self) -> Option<f64> {
         (self.errors == 0 && self.rate > 0.0).then_some(self.rate)
     }
@@ -404,6 +409,21 @@ pub(crate) struct CpuPerAnswer {
 }
 
 impl CpuPerAnswer {
+    /// From a process's CPU ticks (user, system) before and after `answers` answers; none
+    /// when there were none, or when the count went down (a worker process ended).
+    pub(crate) fn between(before: (u64, u64), after: (u64, u64), answers: u64) -> Option<Self> {
+        let user = after.0.checked_sub(before.0)?;
+        let system = after.1.checked_sub(before.1)?;
+        if answers == 0 {
+            return None;
+        }
+        let us = 1e6 / clock_ticks() / answers as f64;
+        Some(Self {
+            user_us: user as f64 * us,
+            system_us: system as f64 * us,
+        })
+    }
+
     pub(crate) fn total_us(&self) -> f64 {
         self.user_us + self.system_us
     }
@@ -556,6 +576,7 @@ async fn closed_loop_oha(
         rate: count(true) as f64 / total,
         answered: count(true),
         cpu: None,
+        target_cpus: 1.0,
         errors: failed,
         first_error,
     }

@@ -144,10 +144,12 @@ fn answer(tokens: usize, delay: Duration) -> Reply {
     }
 }
 
+/// `target_cpus`: how many CPUs the target may use (one when pinned).
 async fn measure(
     client: &reqwest::Client,
     upstream: &ScriptedUpstream,
     target: &Target,
+    target_cpus: f64,
     knobs: &Knobs,
 ) -> Row {
     let name = target.name;
@@ -217,13 +219,11 @@ async fn measure(
             );
             // The target's own CPU time per answer at a fixed rate: what tracing adds to
             // each request, less sensitive to a busy machine than throughput.
+            // (µs per answer = ms per 1,000 answers.)
             cpu_ms_per_1000 = cpu_before
                 .zip(target.server.pid().and_then(cpu_ticks))
-                .filter(|_| answers > 0)
-                .map(|((u0, s0), (u1, s1))| {
-                    ((u1 + s1) - (u0 + s0)) as f64 * 1000.0 / clock_ticks() / answers as f64
-                        * 1000.0
-                });
+                .and_then(|(a, b)| CpuPerAnswer::between(a, b, answers as u64))
+                .map(|cpu| cpu.total_us());
         }
         eprintln!("{name}: {rate} req/s: {}", step.summary());
         upstream.clear_requests();
@@ -234,13 +234,13 @@ async fn measure(
         .zip(MachineReading::now())
         .and_then(|(a, b)| a.until(&b));
 
-    let closed = closed_loop(&run, target, &plain, false, knobs.concurrency).await;
+    let closed = closed_loop(&run, target, target_cpus, &plain, false, knobs.concurrency).await;
     eprintln!("{name}: closed loop, non-streamed, {}", closed.summary());
     upstream.clear_requests();
     run.recover(&plain, &closed.as_step()).await;
     let mut streams = Vec::new();
     for &c in &knobs.stream_concurrency {
-        let s = closed_loop(&run, target, &streamed, true, c).await;
+        let s = closed_loop(&run, target, target_cpus, &streamed, true, c).await;
         eprintln!("{name}: closed loop, streams, {}", s.summary());
         upstream.clear_requests();
         run.recover(&plain, &s.as_step()).await;
@@ -310,6 +310,7 @@ async fn measure(
 async fn closed_loop(
     run: &Runner<'_>,
     target: &Target,
+    target_cpus: f64,
     body: &Bytes,
     stream: bool,
     concurrency: usize,
@@ -320,17 +321,10 @@ async fn closed_loop(
         .closed_loop(body, stream, concurrency, run.knobs.secs)
         .await;
     let after = pid.and_then(cpu_ticks);
-    let answered = closed.answered;
     closed.cpu = before
         .zip(after)
-        .filter(|_| answered > 0)
-        .map(|((u0, s0), (u1, s1))| {
-            let us = 1e6 / clock_ticks() / answered as f64;
-            CpuPerAnswer {
-                user_us: (u1 - u0) as f64 * us,
-                system_us: (s1 - s0) as f64 * us,
-            }
-        });
+        .and_then(|(a, b)| CpuPerAnswer::between(a, b, closed.answered));
+    closed.target_cpus = target_cpus;
     closed
 }
 
@@ -366,6 +360,11 @@ async fn bench(knobs: Knobs, pinning: Pinning, cores: usize) {
     };
     let mut rows = Vec::new();
     let mut exported = Vec::new();
+    // Unpinned, a target may use every CPU of the machine.
+    let target_cpus = match pinning.target {
+        Some(_) => 1.0,
+        None => cores.max(1) as f64,
+    };
     for name in &knobs.targets {
         let t = std::time::Instant::now();
         let target = start_target(
@@ -382,7 +381,7 @@ async fn bench(knobs: Knobs, pinning: Pinning, cores: usize) {
             target.name,
             t.elapsed().as_secs_f64()
         );
-        rows.push(measure(&client, &upstream, &target, &knobs).await);
+        rows.push(measure(&client, &upstream, &target, target_cpus, &knobs).await);
         if let Server::Nginx { dir, .. } = &target.server {
             let log = std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default();
             if let Some(first) = log.lines().next() {

@@ -52,8 +52,8 @@ pub(crate) fn latency_cell(step: &Step, base: Option<&Step>, is_base: bool, ttft
 /// check when the target's CPU time is not known.
 pub(crate) const LOAD_BOUND: f64 = 1.25;
 
-/// A target whose CPU time over a closed-loop run was at least this share of its one core
-/// was at its ceiling; below it, something else (the load side, or too few clients for
+/// A target whose CPU time over a closed-loop run was at least this share of the CPUs it
+/// may use (one when pinned) was at its ceiling; below it, something else (the load side, or too few clients for
 /// the latency) set the rate.
 pub(crate) const SATURATED: f64 = 0.9;
 
@@ -74,9 +74,17 @@ fn ceilings(row: &Row, direct: Option<&Row>) -> Vec<Option<bool>> {
             if let Some(busy) = run.busy() {
                 return Some(busy >= SATURATED);
             }
-            let d = closed_runs(direct?)[i].clean_rate()?;
+            let d = closed_runs(direct?).get(i)?.clean_rate()?;
             Some(d >= LOAD_BOUND * v)
         })
+        .collect()
+}
+
+/// Per closed-loop column: whether `row`'s figure is known to be below its ceiling.
+fn below_ceiling(row: &Row, direct: Option<&Row>) -> Vec<bool> {
+    ceilings(row, direct)
+        .into_iter()
+        .map(|c| c == Some(false))
         .collect()
 }
 
@@ -127,7 +135,7 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
     println!(
         "Against nginx: throughput and its ratio to nginx's (×); p50 / p99 latency minus nginx's at the same rate, ms (nginx row: its own, in brackets). \
          Closed-loop columns: whole answers per second with c clients, each sending its next request when its answer is complete ({} s counted each; load: {}). \
-         A closed-loop figure is the target's ceiling only when its CPU time over the run filled at least {SATURATED} of its core (without a CPU reading: when the direct upstream's beats it by {LOAD_BOUND}×); otherwise nginx's is a lower bound (≥, its ratios upper bounds, ≤), another row's has no ratio (load-bound). \
+         A closed-loop figure is the target's ceiling only when its CPU time over the run filled at least {SATURATED} of its CPUs (one when pinned; without a CPU reading: when the direct upstream's beats it by {LOAD_BOUND}×); otherwise nginx's is a lower bound (≥, its ratios upper bounds, ≤), another row's has no ratio (load-bound). \
          The ladder column is the open-loop \"max req/s @ p99 ≤ {bound} ms\" above. \
          The last column is what the rest of the machine did during the fixed-rate runs, as shares of all its CPUs: processes other than the bench and the target, and time the hypervisor gave to other machines (steal); either makes the latencies noisy.",
         knobs.secs,
@@ -150,12 +158,12 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
         "---:|".repeat(rate_heads.len())
     );
     let floor_closed = closed_of(floor);
-    let floor_ceilings = ceilings(floor, direct);
+    let floor_below = below_ceiling(floor, direct);
     // nginx still meeting the ladder's top step: its rate is a lower bound, ratios to it
     // upper bounds.
     let (floor_ladder, floor_at_top) = ladder(floor);
     for row in rows {
-        let row_ceilings = ceilings(row, direct);
+        let row_below = below_ceiling(row, direct);
         let closed: Vec<String> = closed_of(row)
             .into_iter()
             .zip(&floor_closed)
@@ -164,7 +172,7 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
                 let Some(v) = v else {
                     return "failures".to_string();
                 };
-                let floor_is_bound = base.is_some() && floor_ceilings[i] == Some(false);
+                let floor_is_bound = base.is_some() && floor_below[i];
                 if row.name == floor.name {
                     return if floor_is_bound {
                         format!("≥ {}", thousands(v))
@@ -175,8 +183,8 @@ pub(crate) fn print_against_nginx(rows: &[Row], knobs: &Knobs, closed_heads: &[S
                 if row.name == "direct upstream" {
                     return thousands(v);
                 }
-                match (row_ceilings[i], base) {
-                    (Some(false), _) => format!("{} (load-bound)", thousands(v)),
+                match (row_below[i], base) {
+                    (true, _) => format!("{} (load-bound)", thousands(v)),
                     (_, Some(b)) if floor_is_bound => {
                         format!("{} (≤ {:.2}×)", thousands(v), v / b)
                     }
@@ -249,24 +257,18 @@ pub(crate) fn print_cpu_per_answer(rows: &[Row], closed_heads: &[String]) {
     let floor = rows.iter().find(|r| r.name == "nginx");
     let floor_cpu = floor.map(closed_of);
     let direct = rows.iter().find(|r| r.name == "direct upstream");
-    // Per column: whether nginx's figure was below its ceiling.
-    let floor_bound: Vec<bool> = match floor {
-        Some(f) => ceilings(f, direct)
-            .into_iter()
-            .map(|c| c != Some(true))
-            .collect(),
-        None => vec![true; closed_heads.len()],
-    };
+    let floor_below = floor.map(|f| below_ceiling(f, direct));
     println!();
     println!(
-        "CPU time per answer in the closed loops: the target's own (user + system, as the kernel's clock ticks count them, every thread and worker process, over the whole run), µs, and how much of its core that filled at its rate; \
+        "CPU time per answer in the closed loops: the target's own (user + system, as the kernel's clock ticks count them, every thread and worker process, over the whole run), µs, and how much of its CPUs that filled at its rate; \
          for other rows, nginx's over the row's (×): how many answers one core serves against nginx, which needs no load side faster than nginx. \
-         Where nginx's throughput above is a lower bound (≥), it ran below its ceiling, where an answer costs it at least as much: the ratio is then an upper bound (≤)."
+         Where nginx's throughput above is a lower bound (≥), it ran below its ceiling, where an answer costs it at least as much: the ratio is then an upper bound (≤). A row below its own ceiling gets no ratio."
     );
     println!();
     println!("| target | {} |", closed_heads.join(" | "));
     println!("|---|{}", "---:|".repeat(closed_heads.len()));
     for row in measured {
+        let row_below = below_ceiling(row, direct);
         let cells: Vec<String> = closed_of(row)
             .into_iter()
             .enumerate()
@@ -282,18 +284,20 @@ pub(crate) fn print_cpu_per_answer(rows: &[Row], closed_heads: &[String]) {
                     busy * 100.0
                 );
                 let base = floor_cpu.as_ref().and_then(|f| f.get(i).copied().flatten());
-                match base {
-                    Some(base) if row.name != "nginx" => format!(
-                        "{own}, {}{:.2}×",
-                        if floor_bound.get(i).copied().unwrap_or(true) {
-                            "≤ "
-                        } else {
-                            ""
-                        },
-                        base.0.total_us() / cpu.total_us()
-                    ),
-                    _ => own,
+                let (Some((base, _)), false) = (base, row.name == "nginx") else {
+                    return own;
+                };
+                // A row below its own ceiling has a CPU time per answer above it: its
+                // ratio is no bound either way.
+                if row_below[i] {
+                    return format!("{own}, below its ceiling");
                 }
+                let floor_is_bound = floor_below.as_ref().is_some_and(|b| b[i]);
+                format!(
+                    "{own}, {}{:.2}×",
+                    if floor_is_bound { "≤ " } else { "" },
+                    base.total_us() / cpu.total_us()
+                )
             })
             .collect();
         println!("| {} | {} |", row.name, cells.join(" | "));
@@ -312,8 +316,8 @@ pub(crate) fn mem_total_gib() -> f64 {
         .map_or(0.0, |kib| kib / 1024.0 / 1024.0)
 }
 
-/// CPU time so far of a process and its descendants (every thread, including those that
-/// ended), in clock ticks: (user, system).
+/// CPU time so far of a process and its live descendants (every thread of each, including
+/// threads that ended; not processes that ended), in clock ticks: (user, system).
 pub(crate) fn cpu_ticks(pid: u32) -> Option<(u64, u64)> {
     let mut total = None;
     for p in process_tree(pid) {
@@ -344,10 +348,14 @@ fn machine_ticks() -> Option<(u64, u64, u64)> {
         .map(|f| f.parse().unwrap_or(0))
         .collect();
     // user nice system idle iowait irq softirq steal (guest time is inside user).
+    // Busy is what processes are charged with (user, nice, system), as a process's own
+    // ticks are: interrupt time is charged to none, so the bench's own would count as
+    // another's.
     let field = |i: usize| v.get(i).copied().unwrap_or(0);
-    let busy = field(0) + field(1) + field(2) + field(5) + field(6);
+    let busy = field(0) + field(1) + field(2);
     let steal = field(7);
-    Some((busy, steal, busy + steal + field(3) + field(4)))
+    let all = (0..8).map(field).sum();
+    Some((busy, steal, all))
 }
 
 /// What the rest of the machine was doing while a target was measured: the share of all
