@@ -113,6 +113,18 @@ impl Pipeline {
             || known.names.contains(&format!("{bare}:latest"))
     }
 
+    /// The name the upstream listed for `name` (itself, bare, or with `:latest`).
+    pub(super) fn listed_as(&self, name: &str) -> Option<String> {
+        let known = self
+            .upstream_models
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        let bare = name.strip_suffix(":latest").unwrap_or(name);
+        [name.to_string(), bare.to_string(), format!("{bare}:latest")]
+            .into_iter()
+            .find(|n| known.names.contains(n))
+    }
+
     pub(super) fn remember_models(&self, models: &[UpstreamModel]) {
         let mut known = self
             .upstream_models
@@ -187,11 +199,32 @@ impl Pipeline {
                 context_length: Some(u64::from(self.config.context_tokens)),
                 details: None,
                 parameters: Some(format!("num_ctx {}", self.config.context_tokens)),
-                template: None,
-                capabilities: vec!["completion".into(), "tools".into()],
+                // A family the gateway does not know still fills in the middle: the
+                // upstream gets the suffix; the template then only says so.
+                template: Some(
+                    self.fill_template()
+                        .unwrap_or(super::fill::Template::Qwen)
+                        .as_ollama(),
+                ),
+                capabilities: vec!["completion".into(), "insert".into(), "tools".into()],
                 model_info: None,
             }),
-            Route::Passthrough => Ok(self.chat.show(name).await?),
+            Route::Passthrough => {
+                // Asked by the name the upstream lists (`name` and `name:latest` are one
+                // here, and an OpenAI-compatible upstream knows only its own).
+                self.learn_models(name).await;
+                let listed = self.listed_as(name);
+                let mut card = self.chat.show(listed.as_deref().unwrap_or(name)).await?;
+                // The template the gateway fills the completion model's middles with (an
+                // OpenAI-compatible upstream reports none).
+                if let Some(template) = self.fills_for(name) {
+                    card.template = Some(template.as_ollama());
+                    if !card.capabilities.iter().any(|c| c == "insert") {
+                        card.capabilities.push("insert".into());
+                    }
+                }
+                Ok(card)
+            }
         }
     }
 

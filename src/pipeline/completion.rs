@@ -10,7 +10,7 @@ use super::stream::answer_events;
 use super::window::estimate_tokens;
 use super::{fill, ms, ChatTurn, Event, EventStream, Pipeline};
 use crate::error::GatewayError;
-use crate::llm::{FinishReason, Input, Usage};
+use crate::llm::{FinishReason, Input, UpstreamRequest, Usage, Wire};
 use crate::sessions::Owner;
 use crate::telemetry::{self, UpstreamClock};
 
@@ -111,14 +111,58 @@ pub(super) mod recent {
 }
 
 impl Pipeline {
-    /// Fill-in-the-middle: the completion model's FIM prompt with repository snippets,
-    /// sent raw; the middle ended by the gateway's rules (see `fill`). No classifier, no
-    /// reformulator, no session: this path is about latency.
+    /// The completion model's FIM template (`completion.template`, or its family by name).
+    pub(super) fn fill_template(&self) -> Option<fill::Template> {
+        fill::Template::choose(
+            &self.config.completion_template,
+            &self.config.completion_model,
+        )
+    }
+
+    /// Whether `model` names the completion model itself (`name` and `name:latest` as
+    /// one), not the assistant.
+    pub(super) fn names_completion_model(&self, model: &str) -> bool {
+        let own = self.config.completion_model.as_str();
+        !self.is_assistant(model)
+            && (model == own
+                || model.strip_suffix(":latest") == Some(own)
+                || own.strip_suffix(":latest") == Some(model))
+    }
+
+    /// The completion model's FIM template when the gateway fills in the middle for it
+    /// by its own name (`model`): an OpenAI-compatible server asked with `suffix` does not
+    /// (llama.cpp's appends it as text), so unless every upstream is Ollama (which
+    /// renders the model's own template with the suffix), the gateway writes the template.
+    pub(super) fn fills_for(&self, model: &str) -> Option<fill::Template> {
+        if self.names_completion_model(model) && self.chat.relays() != Some(Wire::Ollama) {
+            self.fill_template()
+        } else {
+            None
+        }
+    }
+
+    /// A passthrough request for the completion model by its own name, with a `suffix`,
+    /// that the gateway fills in ([`Self::fills_for`]): the template written raw and the
+    /// middle's ends, without the repository's snippets (those are what `brunix` adds).
+    /// A prompt the client wrote in a FIM template itself is forwarded as written.
+    pub(super) fn own_fill(&self, request: &UpstreamRequest) -> Option<fill::Template> {
+        if has_suffix(&request.input) {
+            self.fills_for(&request.model)
+        } else {
+            None
+        }
+    }
+
+    /// Fill-in-the-middle: the completion model's FIM prompt, with repository snippets
+    /// when `repository` (the assistant's completions), sent raw; the middle ended by the
+    /// gateway's rules (see `fill`). No classifier, no reformulator, no session: this
+    /// path is about latency.
     pub(super) async fn run_fill(
         &self,
         turn: ChatTurn,
         owner: &Owner,
         clock: Arc<UpstreamClock>,
+        repository: bool,
     ) -> Result<EventStream, GatewayError> {
         let started = Instant::now();
         let mut request = turn.request;
@@ -148,10 +192,10 @@ impl Pipeline {
             cleaned.count("completion");
         }
         let prefix = prompt.clone();
-        request.model = self.config.completion_model.clone();
-        let Some(template) =
-            fill::Template::choose(&self.config.completion_template, &request.model)
-        else {
+        if repository {
+            request.model = self.config.completion_model.clone();
+        }
+        let Some(template) = self.fill_template() else {
             // A family the gateway does not know: the upstream's own FIM (Ollama renders
             // the model's template with the suffix).
             if let Input::Prompt { suffix: s, .. } = &mut request.input {
@@ -171,7 +215,7 @@ impl Pipeline {
                 None,
             ));
         };
-        let repo = if self.config.completion_context_chars == 0 {
+        let repo = if !repository || self.config.completion_context_chars == 0 {
             Vec::new()
         } else {
             let query = fill::query(&prefix, &suffix);
@@ -208,6 +252,8 @@ impl Pipeline {
             snippets = repo.len(),
             "stage"
         );
+        // Its events are cut here, never relayed.
+        request.relay = None;
         request.input = Input::Prompt {
             prompt: text,
             suffix: None,
@@ -249,8 +295,8 @@ impl Pipeline {
     }
 }
 
-/// A completion request with a suffix: fill-in-the-middle.
-pub(super) fn is_fill(input: &Input) -> bool {
+/// A completion request with a suffix.
+fn has_suffix(input: &Input) -> bool {
     matches!(
         input,
         Input::Prompt {
@@ -258,6 +304,19 @@ pub(super) fn is_fill(input: &Input) -> bool {
             ..
         }
     )
+}
+
+/// A completion for the assistant that asks for a middle: a suffix, or a prompt the
+/// client already wrote in a FIM template (continue's OpenAI provider writes StarCoder's
+/// for a model name it does not know, and sends no suffix).
+pub(super) fn is_fill(input: &Input) -> bool {
+    match input {
+        Input::Prompt {
+            suffix: Some(_), ..
+        } => true,
+        Input::Prompt { prompt, .. } => fill::split_templated(prompt).is_some(),
+        _ => false,
+    }
 }
 
 /// A completion's events, the middle cut where `ender` says it ends (then the upstream

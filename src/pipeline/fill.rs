@@ -162,6 +162,18 @@ impl Template {
     }
 }
 
+impl Template {
+    /// The template as Ollama's `/api/show` reports one (Go's text/template): the FIM
+    /// prompt when the request has a suffix, the prompt alone otherwise. Clients read
+    /// `.Suffix` in it as "this model fills in the middle" (continue turns its FIM on).
+    pub fn as_ollama(self) -> String {
+        format!(
+            "{{{{- if .Suffix }}}}{}{{{{- else }}}}{{{{ .Prompt }}}}{{{{- end }}}}",
+            self.render("{{ .Prompt }}", "{{ .Suffix }}", &[])
+        )
+    }
+}
+
 /// Where the middle of a completion ends, by the gateway's own rules.
 #[derive(Debug, Clone)]
 pub struct Ender {
@@ -427,6 +439,32 @@ pub fn query(prefix: &str, suffix: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn show_reports_each_familys_fim_template_with_suffix_and_prompt() {
+        assert_eq!(
+            Template::CodeLlama.as_ollama(),
+            "{{- if .Suffix }}<PRE> {{ .Prompt }} <SUF>{{ .Suffix }} <MID>{{- else }}{{ .Prompt }}{{- end }}"
+        );
+        for setting in [
+            "qwen",
+            "codellama",
+            "deepseek",
+            "starcoder",
+            "codestral",
+            "codegemma",
+        ] {
+            let shown = Template::choose(setting, "").unwrap().as_ollama();
+            let fim = shown
+                .strip_prefix("{{- if .Suffix }}")
+                .and_then(|t| t.strip_suffix("{{- else }}{{ .Prompt }}{{- end }}"))
+                .unwrap_or_else(|| panic!("{setting}: {shown}"));
+            assert!(
+                fim.contains("{{ .Prompt }}") && fim.contains("{{ .Suffix }}"),
+                "{setting}: {shown}"
+            );
+        }
+    }
 
     #[test]
     fn templates_by_family() {

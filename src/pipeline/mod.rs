@@ -314,11 +314,13 @@ impl Pipeline {
     /// The upstream's wire when a turn would be relayed to a client that speaks it
     /// ([`crate::llm::Relay`]): a passthrough model on upstreams that relay, without
     /// tools (their calls reach clients in OpenAI's one form, whatever form the upstream
-    /// streamed them in) and without content capture (which records the answer's text).
+    /// streamed them in), without content capture (which records the answer's text), and
+    /// not a middle the gateway fills itself.
     pub fn relays(&self, request: &UpstreamRequest) -> Option<crate::llm::Wire> {
         let relayed = request.tools.is_empty()
             && !trace::capture_content()
-            && matches!(self.route(&request.model), Ok(Route::Passthrough));
+            && matches!(self.route(&request.model), Ok(Route::Passthrough))
+            && self.own_fill(request).is_none();
         self.chat.relays().filter(|_| relayed)
     }
 
@@ -344,6 +346,14 @@ impl Pipeline {
                     return Err(GatewayError::model_not_found(&turn.request.model));
                 }
                 let mut turn = turn;
+                // `name` and `name:latest` are one model here; the upstream gets the name it
+                // listed (an OpenAI-compatible server knows only its own).
+                if let Some(listed) = self.listed_as(&turn.request.model) {
+                    turn.request.model = listed;
+                }
+                if self.own_fill(&turn.request).is_some() {
+                    return Box::pin(self.run_fill(turn, owner, clock, false)).await;
+                }
                 self.protect_input(&mut turn.request.input);
                 for tool in &mut turn.request.tools {
                     self.privacy.clean_json(tool).count("passthrough");
@@ -366,7 +376,7 @@ impl Pipeline {
             // future, which every request (passthrough's too) would otherwise carry and
             // copy as it is boxed by the server.
             Route::Assistant if is_fill(&turn.request.input) => {
-                Box::pin(self.run_fill(turn, owner, clock)).await
+                Box::pin(self.run_fill(turn, owner, clock, true)).await
             }
             Route::Assistant => Box::pin(self.run_assistant(turn, owner, clock)).await,
         }

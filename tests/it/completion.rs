@@ -15,16 +15,19 @@ fn qwen(s: &mut assist_gateway::config::Settings) {
     s.completion.template = "qwen".into();
 }
 
+/// A model that writes the body (`total = a * 2`), then the suffix's line again, then on.
+const A_BODY_THEN_THE_SUFFIX: [&str; 4] = [
+    "    total = a",
+    " * 2\n",
+    "    return total\n",
+    "def junk():\n",
+];
+
 #[tokio::test]
 async fn a_block_gets_the_models_fim_prompt_and_ends_before_the_suffix() {
     let up = ScriptedUpstream::start().await;
     let gw = Gateway::start(&up, Provider::Ollama, qwen).await;
-    up.push(Reply::tokens(&[
-        "    total = a",
-        " * 2\n",
-        "    return total\n",
-        "def junk():\n",
-    ]));
+    up.push(Reply::tokens(&A_BODY_THEN_THE_SUFFIX));
     let (status, _, text) = post(
         &gw.url("/api/generate"),
         json!({"model": "brunix", "stream": false, "prompt": "def double(a):\n",
@@ -54,34 +57,45 @@ async fn a_block_gets_the_models_fim_prompt_and_ends_before_the_suffix() {
     );
 }
 
+/// A cursor inside a line, over OpenAI's completions: the suffix sent as `suffix`, or the
+/// prompt already written in StarCoder's FIM template with no `suffix` (continue's OpenAI
+/// provider writes its template for a model name it does not know): either way the middle
+/// is written in the completion model's own template, one line, streamed, and the prompt
+/// is not taken for a question (no classifier, no search: one upstream request).
 #[tokio::test]
 async fn inside_a_line_the_middle_is_one_line_streamed_over_openai() {
     let up = ScriptedUpstream::start().await;
     let gw = Gateway::start(&up, Provider::Openai, qwen).await;
-    up.push(Reply::tokens(&["a, ", "b", "\nprint(", "y)\n"]));
-    let response = client()
-        .post(gw.url("/v1/completions"))
-        .json(
-            &json!({"model": "brunix", "stream": true, "prompt": "x = compute(",
+    let asked = [
+        json!({"model": "brunix", "stream": true, "prompt": "x = compute(",
             "suffix": ")\nprint(x)\n", "max_tokens": 32}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let body = response.text().await.unwrap();
-    let text: String = sse_events(&body)
-        .iter()
-        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
-        .filter_map(|v| v["choices"][0]["text"].as_str().map(str::to_string))
-        .collect();
-    assert_eq!(text, "a, b");
-    let sent = up.last_request().body;
-    assert_eq!(
-        sent["prompt"],
-        "<|fim_prefix|>x = compute(<|fim_suffix|>)\nprint(x)\n<|fim_middle|>"
-    );
-    assert_eq!(sent["max_tokens"], 32);
+        json!({"model": "brunix", "stream": true,
+            "prompt": "<fim_prefix>x = compute(<fim_suffix>)\nprint(x)\n<fim_middle>",
+            "stop": ["<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<file_sep>"],
+            "max_tokens": 32}),
+    ];
+    for (n, body) in asked.into_iter().enumerate() {
+        up.push(Reply::tokens(&["a, ", "b", "\nprint(", "y)\n"]));
+        let (status, _, text) = post(&gw.url("/v1/completions"), body).await;
+        assert_eq!(status, 200, "{text}");
+        let middle: String = sse_events(&text)
+            .iter()
+            .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+            .filter_map(|v| v["choices"][0]["text"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(middle, "a, b", "request {n}");
+        let sent = up.last_request().body;
+        assert_eq!(
+            sent["prompt"], "<|fim_prefix|>x = compute(<|fim_suffix|>)\nprint(x)\n<|fim_middle|>",
+            "request {n}"
+        );
+        assert_eq!(sent["max_tokens"], 32);
+        assert_eq!(
+            up.requests().len(),
+            n + 1,
+            "request {n}: more than one upstream request"
+        );
+    }
 }
 
 #[tokio::test]
@@ -119,6 +133,116 @@ async fn ollama_show_says_the_assistant_fills_in_the_middle() {
         show["template"].as_str().unwrap().contains(".Suffix"),
         "{show}"
     );
+    assert!(show["capabilities"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("insert")));
+}
+
+/// continue's autocomplete set to the upstream's model by its own name, on an
+/// OpenAI-compatible upstream (llama.cpp's server appends a `suffix` to the prompt as
+/// text): `/api/show` reports the FIM template the gateway writes, and a request with a
+/// `suffix`, in either dialect and by `name` or `name:latest`, gets that template and the
+/// middle's ends, with no repository snippets (those are `brunix`'s). Another model of the
+/// upstream gets its suffix forwarded as sent.
+#[tokio::test]
+async fn the_completion_model_by_its_own_name_is_filled_in_by_the_gateway() {
+    let up = ScriptedUpstream::start().await;
+    up.serve_model("other-model:latest");
+    let gw = Gateway::with_knowledge(&up, Provider::Openai, |s| {
+        qwen(s);
+        s.assistant.passthrough = true;
+    })
+    .await;
+    let fim = "{{- if .Suffix }}<|fim_prefix|>{{ .Prompt }}<|fim_suffix|>{{ .Suffix }}<|fim_middle|>{{- else }}{{ .Prompt }}{{- end }}";
+    for name in [UPSTREAM_MODEL, "up-model"] {
+        let show = show(&gw, name).await;
+        assert_eq!(show["template"], fim, "{name}: {show}");
+        assert!(show["capabilities"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("insert")));
+    }
+    let other = show(&gw, "other-model:latest").await;
+    assert_eq!(other["template"], "{{ .Prompt }}", "{other}");
+
+    let prefix = "# read the server port from the environment variable\ndef double(a):\n";
+    for (path, name) in [
+        ("/v1/completions", UPSTREAM_MODEL),
+        ("/api/generate", "up-model"),
+    ] {
+        up.push(Reply::tokens(&A_BODY_THEN_THE_SUFFIX));
+        let (status, _, text) = post(
+            &gw.url(path),
+            json!({"model": name, "stream": false, "prompt": prefix,
+                "suffix": "    return total\n", "max_tokens": 64}),
+        )
+        .await;
+        assert_eq!(status, 200, "{path}: {text}");
+        let answer: Value = serde_json::from_str(&text).unwrap();
+        let middle = answer["choices"][0]["text"]
+            .as_str()
+            .or(answer["response"].as_str());
+        assert_eq!(middle, Some("    total = a * 2\n"), "{path}: {answer}");
+        let sent = up.last_request().body;
+        assert_eq!(
+            sent["prompt"],
+            format!("<|fim_prefix|>{prefix}<|fim_suffix|>    return total\n<|fim_middle|>"),
+            "{path}"
+        );
+        // The name the upstream listed, whichever of the two the client wrote.
+        assert_eq!(sent["model"], UPSTREAM_MODEL, "{path}");
+        assert!(sent.get("suffix").is_none(), "{path}: {sent}");
+        let stops = sent["stop"].as_array().unwrap();
+        assert!(
+            stops.contains(&json!("<|endoftext|>")) && stops.contains(&json!("<|file_sep|>")),
+            "{path}: {sent}"
+        );
+    }
+
+    // Another model of the upstream: passthrough as before, its suffix as sent.
+    assert_forwarded_with_suffix(&up, &gw, "/v1/completions", "other-model:latest").await;
+}
+
+/// A completion with a suffix asked of `model` reaches the upstream as the client sent it.
+async fn assert_forwarded_with_suffix(
+    up: &ScriptedUpstream,
+    gw: &Gateway,
+    path: &str,
+    model: &str,
+) {
+    up.push(Reply::tokens(&["    return a + b\n"]));
+    let (status, _, text) = post(
+        &gw.url(path),
+        json!({"model": model, "stream": false, "prompt": "def add(a, b):\n",
+            "suffix": "\nprint(add(1, 2))\n"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{model}: {text}");
+    let sent = up.last_request().body;
+    assert_eq!(sent["prompt"], "def add(a, b):\n", "{model}");
+    assert_eq!(sent["suffix"], "\nprint(add(1, 2))\n", "{model}");
+}
+
+/// On Ollama upstreams the completion model by its own name is Ollama's to fill in (it
+/// renders the model's own template with the suffix): forwarded, suffix and all, and
+/// `/api/show` is the upstream's.
+#[tokio::test]
+async fn on_ollama_the_completion_model_by_its_own_name_is_forwarded_with_its_suffix() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        qwen(s);
+        s.assistant.passthrough = true;
+    })
+    .await;
+    assert_eq!(show(&gw, UPSTREAM_MODEL).await["template"], "{{ .Prompt }}");
+    assert_forwarded_with_suffix(&up, &gw, "/api/generate", UPSTREAM_MODEL).await;
+}
+
+async fn show(gw: &Gateway, model: &str) -> Value {
+    let (status, _, text) = post(&gw.url("/api/show"), json!({ "model": model })).await;
+    assert_eq!(status, 200, "{model}: {text}");
+    serde_json::from_str(&text).unwrap()
 }
 
 /// The upstream's completion requests so far.
@@ -219,10 +343,16 @@ async fn the_example_continue_config_autocompletes_with_both_providers() {
                     "suffix": "    return total\n", "stream": true,
                     "options": {"temperature": 0.01, "num_predict": 256}}),
             ),
+            // continue's OpenAI provider has no FIM of its own: it writes the prompt in
+            // the template it keeps for the model's name (StarCoder's for a name it does
+            // not know) and asks the legacy completions endpoint, raw.
             "openai" => (
                 format!("{base}/completions"),
-                json!({"model": "brunix", "prompt": "def double(a):\n",
-                    "suffix": "    return total\n", "stream": true, "max_tokens": 256}),
+                json!({"model": "brunix",
+                    "prompt": "<fim_prefix>def double(a):\n<fim_suffix>    return total\n<fim_middle>",
+                    "stop": ["<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<file_sep>",
+                        "<|endoftext|>", "</fim_middle>", "</code>"],
+                    "stream": true, "max_tokens": 256}),
             ),
             other => panic!("an autocomplete provider the test does not know: {other}"),
         };
@@ -290,28 +420,31 @@ async fn a_real_model_fills_the_middle_and_stops_where_it_should() {
         s.llm.model = crate::real_model::MODEL.into();
         s.llm.first_byte_timeout = Duration::from_secs(120);
         s.completion.template = "qwen".into();
+        s.assistant.passthrough = true;
     })
     .await;
-    let complete = |path: &'static str, prefix: &'static str, suffix: &'static str| {
-        let url = gw.url(path);
-        async move {
-            let body = if path == "/api/generate" {
-                json!({"model": "brunix", "stream": false, "prompt": prefix, "suffix": suffix,
+    let complete_with =
+        |model: &'static str, path: &'static str, prefix: &'static str, suffix: &'static str| {
+            let url = gw.url(path);
+            async move {
+                let body = if path == "/api/generate" {
+                    json!({"model": model, "stream": false, "prompt": prefix, "suffix": suffix,
                     "options": {"temperature": 0, "num_predict": 64}})
-            } else {
-                json!({"model": "brunix", "stream": false, "prompt": prefix, "suffix": suffix,
+                } else {
+                    json!({"model": model, "stream": false, "prompt": prefix, "suffix": suffix,
                     "temperature": 0, "max_tokens": 64})
-            };
-            let (status, _, text) = post(&url, body).await;
-            assert_eq!(status, 200, "{text}");
-            let v: Value = serde_json::from_str(&text).unwrap();
-            v["response"]
-                .as_str()
-                .or_else(|| v["choices"][0]["text"].as_str())
-                .unwrap_or_default()
-                .to_string()
-        }
-    };
+                };
+                let (status, _, text) = post(&url, body).await;
+                assert_eq!(status, 200, "{text}");
+                let v: Value = serde_json::from_str(&text).unwrap();
+                v["response"]
+                    .as_str()
+                    .or_else(|| v["choices"][0]["text"].as_str())
+                    .unwrap_or_default()
+                    .to_string()
+            }
+        };
+    let complete = |path, prefix, suffix| complete_with("brunix", path, prefix, suffix);
     // A single line, the cursor inside it (continue's Ollama provider).
     let line = complete(
         "/api/generate",
@@ -348,5 +481,25 @@ async fn a_real_model_fills_the_middle_and_stops_where_it_should() {
     assert!(
         !close.contains("fn main"),
         "the suffix was written again: {close:?}"
+    );
+    // The model by its own name (passthrough), as an editor configured with the upstream's
+    // model asks: llama.cpp's server given this `suffix` appends it as text and continues
+    // the prefix (it wrote `print(add(3, 4))` here); the gateway writes the FIM prompt.
+    let own = complete_with(
+        crate::real_model::MODEL,
+        "/v1/completions",
+        "def add(a, b):\n    ",
+        "\n\nprint(add(3, 4))\n",
+    )
+    .await;
+    println!("own name: {own:?}");
+    assert!(own.contains("return"), "{own:?}");
+    assert!(
+        !own.contains("print(add"),
+        "the suffix was written: {own:?}"
+    );
+    assert!(
+        !own.trim_end().contains('\n'),
+        "more than the body's line: {own:?}"
     );
 }

@@ -149,15 +149,7 @@ fn show_json(state: &AppState, name: &str, card: ModelCard) -> Value {
         "license": "",
         "modelfile": "",
         "parameters": card.parameters.unwrap_or_default(),
-        "template": card.template.unwrap_or_else(|| {
-            if assistant {
-                // `.Suffix` tells clients (continue) that the model fills in the middle:
-                // the gateway renders the completion model's own FIM template.
-                "{{- if .Suffix }}<|fim_prefix|>{{ .Prompt }}<|fim_suffix|>{{ .Suffix }}<|fim_middle|>{{- else }}{{ .Prompt }}{{- end }}".to_string()
-            } else {
-                "{{ .Prompt }}".to_string()
-            }
-        }),
+        "template": card.template.unwrap_or_else(|| "{{ .Prompt }}".to_string()),
         "details": details,
         "model_info": model_info,
         "capabilities": card.capabilities,

@@ -469,7 +469,8 @@ async fn show(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     }
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let name = v["model"].as_str().or(v["name"].as_str()).unwrap_or("");
-    if name != UPSTREAM_MODEL {
+    let also = shared.also_serves.lock().unwrap().clone();
+    if name != UPSTREAM_MODEL && also.as_deref() != Some(name) {
         return (
             StatusCode::NOT_FOUND,
             axum::Json(json!({"error": format!("model '{name}' not found")})),
