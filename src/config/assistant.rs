@@ -71,14 +71,24 @@ pub struct ReformulatorSettings {
     pub timeout: Duration,
 }
 
+/// The FIM template families `completion.template` may name.
+pub const COMPLETION_TEMPLATES: [&str; 6] = [
+    "qwen",
+    "codellama",
+    "deepseek",
+    "starcoder",
+    "codestral",
+    "codegemma",
+];
+
 /// Fill-in-the-middle completion (`[completion]`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompletionSettings {
     /// The upstream model that completes code; empty = `llm.model`.
     pub model: String,
-    /// `auto` (from the model's name) or a family: qwen, codellama, deepseek, starcoder,
-    /// codestral, codegemma.
+    /// `auto` (from the model's name), a family ([`COMPLETION_TEMPLATES`]), or `none`
+    /// (the gateway writes no FIM template: the suffix goes to the upstream as sent).
     pub template: String,
     /// Tokens of repository snippets in a completion prompt (0: none).
     pub context_tokens: usize,
@@ -131,6 +141,21 @@ impl AssistantSettings {
             self.answer_reserve_tokens < self.context_tokens,
             "assistant.answer_reserve_tokens",
             "must be smaller than assistant.context_tokens",
+        )
+    }
+}
+
+impl CompletionSettings {
+    pub(super) fn validate(&self) -> Result<(), SettingsError> {
+        let template = self.template.trim().to_ascii_lowercase();
+        check(
+            matches!(template.as_str(), "" | "auto" | "none")
+                || COMPLETION_TEMPLATES.contains(&template.as_str()),
+            "completion.template",
+            &format!(
+                "must be auto, none or one of {}",
+                COMPLETION_TEMPLATES.join(", ")
+            ),
         )
     }
 }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 pub use assistant::{
     AssistantSettings, ClassifierMode, ClassifierSettings, CompletionSettings, ContextSettings,
-    PrivacySettings, ReformulatorMode, ReformulatorSettings,
+    PrivacySettings, ReformulatorMode, ReformulatorSettings, COMPLETION_TEMPLATES,
 };
 pub use eval::{EvalSettings, JudgeSettings};
 pub use retrieval::{
@@ -139,6 +139,7 @@ impl Settings {
         self.telemetry.validate()?;
         self.assistant.validate()?;
         self.context.validate()?;
+        self.completion.validate()?;
         self.classifier.validate()?;
         self.reformulator.validate()?;
         self.sessions.validate()?;

@@ -360,3 +360,14 @@ fn a_duration_past_ten_years_is_refused_with_its_key() {
     let s = Settings::load_without_env(Some(f.path())).unwrap();
     assert_eq!(s.llm.max_answer.as_secs(), 315_360_000);
 }
+
+#[test]
+fn a_completion_template_the_gateway_does_not_know_is_refused_by_name() {
+    for good in ["auto", "none", "Qwen", " starcoder "] {
+        let f = write(&format!("[completion]\ntemplate = \"{good}\"\n"));
+        assert!(Settings::load_without_env(Some(f.path())).is_ok(), "{good}");
+    }
+    let f = write("[completion]\ntemplate = \"qwen2.5\"\n");
+    let e = Settings::load_without_env(Some(f.path())).unwrap_err();
+    assert_eq!(e.key, "completion.template", "{e}");
+}

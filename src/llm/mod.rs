@@ -282,6 +282,14 @@ pub enum Chunk {
 
 pub type ChunkStream = BoxStream<'static, Result<Chunk, UpstreamError>>;
 
+/// Whether two model names are one model: `name` and `name:latest` are (Ollama's tags).
+pub fn same_model(a: &str, b: &str) -> bool {
+    fn bare(name: &str) -> &str {
+        name.strip_suffix(":latest").unwrap_or(name)
+    }
+    bare(a) == bare(b)
+}
+
 /// A model the upstream serves.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamModel {

@@ -132,7 +132,7 @@ impl Resilient {
     /// upstream that may answer. Requests for other models than the assistant's go to
     /// the primary only (a fallback may not serve them).
     fn order(&self, model: &str) -> Vec<usize> {
-        if model != self.targets[0].model {
+        if !super::same_model(model, &self.targets[0].model) {
             return vec![0];
         }
         let now = Instant::now();
@@ -598,6 +598,21 @@ mod tests {
             Next::MoveOn,
             "longer than retry_max"
         );
+    }
+
+    #[test]
+    fn the_primarys_model_by_either_of_its_names_may_fall_back_another_may_not() {
+        let mut r = resilient(0);
+        let chat = r.targets[0].chat.clone();
+        r.targets.push(Target::new(chat, "fallback-model"));
+        assert_eq!(r.order("m"), [0, 1]);
+        assert_eq!(
+            r.order("m:latest"),
+            [0, 1],
+            "`m` and `m:latest` are one model"
+        );
+        assert_eq!(r.order("other"), [0]);
+        assert_eq!(r.order("m:7b"), [0]);
     }
 
     #[tokio::test]

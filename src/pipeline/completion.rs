@@ -122,11 +122,7 @@ impl Pipeline {
     /// Whether `model` names the completion model itself (`name` and `name:latest` as
     /// one), not the assistant.
     pub(super) fn names_completion_model(&self, model: &str) -> bool {
-        let own = self.config.completion_model.as_str();
-        !self.is_assistant(model)
-            && (model == own
-                || model.strip_suffix(":latest") == Some(own)
-                || own.strip_suffix(":latest") == Some(model))
+        !self.is_assistant(model) && crate::llm::same_model(model, &self.config.completion_model)
     }
 
     /// The completion model's FIM template when the gateway fills in the middle for it

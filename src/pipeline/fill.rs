@@ -28,6 +28,7 @@ impl Template {
     pub fn choose(setting: &str, model: &str) -> Option<Self> {
         match setting.trim().to_ascii_lowercase().as_str() {
             "" | "auto" => Self::of_model(model),
+            "none" => None,
             "qwen" => Some(Self::Qwen),
             "codellama" => Some(Self::CodeLlama),
             "deepseek" => Some(Self::DeepSeek),
@@ -334,17 +335,25 @@ pub fn split_templated(prompt: &str) -> Option<(String, String)> {
         ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),
         ("<PRE> ", " <SUF>", " <MID>"),
     ];
+    // The template's own markers are its first `pre` and its last `suf` and `mid` (the
+    // prompt ends with `mid`): code that holds the markers itself (FIM tooling being
+    // edited) sits between them. Markers in the suffix would stay ambiguous.
+    let body = prompt.trim_end();
     for (pre, suf, mid) in MARKERS {
-        let Some(at) = prompt.find(pre) else {
+        let Some(before_mid) = body
+            .strip_suffix(mid)
+            .or_else(|| body.strip_suffix(mid.trim()))
+        else {
             continue;
         };
-        let after = &prompt[at + pre.len()..];
-        let s = after.find(suf)?;
-        let rest = &after[s + suf.len()..];
-        let m = rest.find(mid)?;
-        if rest[m + mid.len()..].trim().is_empty() {
-            return Some((after[..s].to_string(), rest[..m].to_string()));
-        }
+        let Some(at) = before_mid.find(pre) else {
+            continue;
+        };
+        let after = &before_mid[at + pre.len()..];
+        let Some(s) = after.rfind(suf) else {
+            continue;
+        };
+        return Some((after[..s].to_string(), after[s + suf.len()..].to_string()));
     }
     None
 }
@@ -446,14 +455,8 @@ mod tests {
             Template::CodeLlama.as_ollama(),
             "{{- if .Suffix }}<PRE> {{ .Prompt }} <SUF>{{ .Suffix }} <MID>{{- else }}{{ .Prompt }}{{- end }}"
         );
-        for setting in [
-            "qwen",
-            "codellama",
-            "deepseek",
-            "starcoder",
-            "codestral",
-            "codegemma",
-        ] {
+        // Every family the settings accept is one the gateway writes.
+        for setting in crate::config::COMPLETION_TEMPLATES {
             let shown = Template::choose(setting, "").unwrap().as_ollama();
             let fim = shown
                 .strip_prefix("{{- if .Suffix }}")
@@ -481,6 +484,7 @@ mod tests {
             Some(Template::StarCoder)
         );
         assert_eq!(Template::choose("auto", "smollm2"), None);
+        assert_eq!(Template::choose("none", "qwen2.5-coder:0.5b"), None);
         assert_eq!(
             Template::Qwen.render("def f():\n    ", "\n    return x\n", &[]),
             "<|fim_prefix|>def f():\n    <|fim_suffix|>\n    return x\n<|fim_middle|>"
@@ -560,6 +564,27 @@ mod tests {
             Some(("x = ".to_string(), "\n".to_string()))
         );
         assert_eq!(split_templated("How do I configure retries?"), None);
+        // Code that holds the markers itself (FIM tooling being edited): the template's
+        // own are the first prefix marker and the last suffix and middle markers.
+        assert_eq!(
+            split_templated(
+                "<fim_prefix>s = \"<fim_suffix>\"\nm = \"<fim_middle>\"\nx = <fim_suffix>\n<fim_middle>"
+            ),
+            Some((
+                "s = \"<fim_suffix>\"\nm = \"<fim_middle>\"\nx = ".to_string(),
+                "\n".to_string()
+            ))
+        );
+        // A miss on one form does not stop the others from being tried.
+        assert_eq!(
+            split_templated("<|fim_prefix|>t = \"<fim_prefix>\"\n<|fim_suffix|>\n<|fim_middle|>"),
+            Some(("t = \"<fim_prefix>\"\n".to_string(), "\n".to_string()))
+        );
+        // Not ending with the middle marker: not a template.
+        assert_eq!(
+            split_templated("<fim_prefix>a<fim_suffix>b<fim_middle> and then a question?"),
+            None
+        );
     }
 
     #[test]
