@@ -185,10 +185,13 @@ impl Pipeline {
         self.route(name)?;
         let models = self.chat.models().await?;
         self.remember_models(&models);
-        models
-            .into_iter()
-            .find(|m| m.id == name || m.id.strip_suffix(":latest") == Some(name))
-            .map(ServedModel::Upstream)
+        // The name as listed, else its other spelling (`name` and `name:latest` are one).
+        let at = models.iter().position(|m| m.id == name).or_else(|| {
+            models
+                .iter()
+                .position(|m| crate::llm::same_model(&m.id, name))
+        });
+        at.map(|i| ServedModel::Upstream(models[i].clone()))
             .ok_or_else(|| GatewayError::model_not_found(name))
     }
 

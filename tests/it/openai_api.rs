@@ -397,6 +397,28 @@ async fn models_list_and_retrieve() {
     }
 }
 
+/// `name` and `name:latest` are one model both ways: a model listed bare is found by its
+/// `:latest` name, and one listed with `:latest` by its bare name.
+#[tokio::test]
+async fn a_passthrough_model_is_found_by_either_of_its_names() {
+    let up = ScriptedUpstream::start().await;
+    up.serve_model("other-model");
+    for provider in PROVIDERS {
+        let gw = Gateway::start(&up, provider, |s| s.assistant.passthrough = true).await;
+        for (asked, listed) in [
+            ("other-model:latest", "other-model"),
+            ("up-model", UPSTREAM_MODEL),
+        ] {
+            let (status, v) = get_json(&gw.url(&format!("/v1/models/{asked}"))).await;
+            assert_eq!(
+                (status, v["id"].as_str()),
+                (200, Some(listed)),
+                "{provider:?} {asked}: {v}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn passthrough_forwards_upstream_models_unchanged() {
     for provider in PROVIDERS {
