@@ -46,6 +46,16 @@ pub(super) struct KnownModels {
 /// the gateway ask again.
 pub(super) const MODEL_LIST_TTL: Duration = Duration::from_secs(60);
 
+/// `name`'s other spelling (`name:latest` for `name`, `name` for `name:latest`) when the
+/// upstream listed that one.
+fn other_spelling(known: &KnownModels, name: &str) -> Option<String> {
+    let other = match name.strip_suffix(":latest") {
+        Some(bare) => bare.to_string(),
+        None => format!("{name}:latest"),
+    };
+    known.names.contains(&other).then_some(other)
+}
+
 impl Pipeline {
     /// `brunix` and `brunix:latest` are the same model.
     pub fn is_assistant(&self, model: &str) -> bool {
@@ -107,22 +117,21 @@ impl Pipeline {
     }
 
     pub(super) fn lists_in(&self, known: &KnownModels, name: &str) -> bool {
-        let bare = name.strip_suffix(":latest").unwrap_or(name);
-        known.names.contains(name)
-            || known.names.contains(bare)
-            || known.names.contains(&format!("{bare}:latest"))
+        known.names.contains(name) || other_spelling(known, name).is_some()
     }
 
-    /// The name the upstream listed for `name` (itself, bare, or with `:latest`).
+    /// The name the upstream listed for `name` when that is its other spelling (`name`
+    /// asked, `name:latest` listed, or the reverse); `None` when `name` is listed as
+    /// asked (the common case: one lookup, nothing allocated) or not at all.
     pub(super) fn listed_as(&self, name: &str) -> Option<String> {
         let known = self
             .upstream_models
             .read()
             .unwrap_or_else(|e| e.into_inner());
-        let bare = name.strip_suffix(":latest").unwrap_or(name);
-        [name.to_string(), bare.to_string(), format!("{bare}:latest")]
-            .into_iter()
-            .find(|n| known.names.contains(n))
+        if known.names.contains(name) {
+            return None;
+        }
+        other_spelling(&known, name)
     }
 
     pub(super) fn remember_models(&self, models: &[UpstreamModel]) {
