@@ -46,14 +46,31 @@ pub(super) struct KnownModels {
 /// the gateway ask again.
 pub(super) const MODEL_LIST_TTL: Duration = Duration::from_secs(60);
 
-/// `name`'s other spelling (`name:latest` for `name`, `name` for `name:latest`) when the
-/// upstream listed that one.
-fn other_spelling(known: &KnownModels, name: &str) -> Option<String> {
+/// How the upstream lists a model name asked of it.
+#[derive(Debug, PartialEq)]
+pub(super) enum Listed {
+    /// As asked (or not known: the upstream could not list its models).
+    AsAsked,
+    /// By its other spelling (`name:latest` for `name`, or the reverse), which the
+    /// upstream is asked by.
+    As(String),
+    NotServed,
+}
+
+/// How `known` lists `name`: one lookup and nothing allocated when as asked.
+fn listing(known: &KnownModels, name: &str) -> Listed {
+    if known.names.contains(name) {
+        return Listed::AsAsked;
+    }
     let other = match name.strip_suffix(":latest") {
         Some(bare) => bare.to_string(),
         None => format!("{name}:latest"),
     };
-    known.names.contains(&other).then_some(other)
+    if known.names.contains(&other) {
+        Listed::As(other)
+    } else {
+        Listed::NotServed
+    }
 }
 
 impl Pipeline {
@@ -117,21 +134,7 @@ impl Pipeline {
     }
 
     pub(super) fn lists_in(&self, known: &KnownModels, name: &str) -> bool {
-        known.names.contains(name) || other_spelling(known, name).is_some()
-    }
-
-    /// The name the upstream listed for `name` when that is its other spelling (`name`
-    /// asked, `name:latest` listed, or the reverse); `None` when `name` is listed as
-    /// asked (the common case: one lookup, nothing allocated) or not at all.
-    pub(super) fn listed_as(&self, name: &str) -> Option<String> {
-        let known = self
-            .upstream_models
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        if known.names.contains(name) {
-            return None;
-        }
-        other_spelling(&known, name)
+        listing(known, name) != Listed::NotServed
     }
 
     pub(super) fn remember_models(&self, models: &[UpstreamModel]) {
@@ -144,13 +147,21 @@ impl Pipeline {
         known.answered = true;
     }
 
-    /// Whether the upstream serves `name`: listed, or not known otherwise because the
-    /// upstream could not list its models (then its own answer decides). Lists the
-    /// upstream's models again when `name` is not among those it listed and the listing
-    /// is older than a minute (at most once a minute).
-    pub(super) async fn learn_models(&self, name: &str) -> bool {
-        if self.lists(name) {
-            return true;
+    /// Whether and by which name the upstream serves `name`: listed (as asked or by its
+    /// other spelling), or not known otherwise because the upstream could not list its
+    /// models (then its own answer decides). Lists the upstream's models again when
+    /// `name` is not among those it listed and the listing is older than a minute (at
+    /// most once a minute).
+    pub(super) async fn learn_models(&self, name: &str) -> Listed {
+        {
+            let known = self
+                .upstream_models
+                .read()
+                .unwrap_or_else(|e| e.into_inner());
+            match listing(&known, name) {
+                Listed::NotServed => {}
+                served => return served,
+            }
         }
         // Requests that find the listing stale wait for one refresh, then look again.
         let _one_at_a_time = self.listing.lock().await;
@@ -181,7 +192,10 @@ impl Pipeline {
             .upstream_models
             .read()
             .unwrap_or_else(|e| e.into_inner());
-        !known.answered || self.lists_in(&known, name)
+        match listing(&known, name) {
+            Listed::NotServed if !known.answered => Listed::AsAsked,
+            listed => listed,
+        }
     }
 
     /// One served model by name, or 404.
@@ -224,9 +238,12 @@ impl Pipeline {
             Route::Passthrough => {
                 // Asked by the name the upstream lists (`name` and `name:latest` are one
                 // here, and an OpenAI-compatible upstream knows only its own).
-                self.learn_models(name).await;
-                let listed = self.listed_as(name);
-                let mut card = self.chat.show(listed.as_deref().unwrap_or(name)).await?;
+                let listed = self.learn_models(name).await;
+                let asked = match &listed {
+                    Listed::As(other) => other,
+                    _ => name,
+                };
+                let mut card = self.chat.show(asked).await?;
                 // The template the gateway fills the completion model's middles with (an
                 // OpenAI-compatible upstream reports none).
                 if let Some(template) = self.fills_for(name) {

@@ -161,9 +161,7 @@ impl Template {
             }
         }
     }
-}
 
-impl Template {
     /// The template as Ollama's `/api/show` reports one (Go's text/template): the FIM
     /// prompt when the request has a suffix, the prompt alone otherwise. Clients read
     /// `.Suffix` in it as "this model fills in the middle" (continue turns its FIM on).

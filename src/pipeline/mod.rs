@@ -342,14 +342,15 @@ impl Pipeline {
             Route::Passthrough => {
                 // Only what the upstream serves: servers that answer any name (llama.cpp)
                 // would otherwise answer for models that do not exist.
-                if !self.learn_models(&turn.request.model).await {
-                    return Err(GatewayError::model_not_found(&turn.request.model));
-                }
                 let mut turn = turn;
-                // `name` and `name:latest` are one model here; the upstream gets the name it
-                // listed (an OpenAI-compatible server knows only its own).
-                if let Some(listed) = self.listed_as(&turn.request.model) {
-                    turn.request.model = listed;
+                match self.learn_models(&turn.request.model).await {
+                    catalogue::Listed::NotServed => {
+                        return Err(GatewayError::model_not_found(&turn.request.model));
+                    }
+                    // `name` and `name:latest` are one model here; the upstream gets the
+                    // name it listed (an OpenAI-compatible server knows only its own).
+                    catalogue::Listed::As(listed) => turn.request.model = listed,
+                    catalogue::Listed::AsAsked => {}
                 }
                 if self.own_fill(&turn.request).is_some() {
                     return Box::pin(self.run_fill(turn, owner, clock, false)).await;
