@@ -33,14 +33,21 @@ mkdir -p "$cache"
 exec 9>"$cache/.model-env.lock"
 flock 9
 
-want="$(sha256sum "$req" | cut -d' ' -f1)"
+# llama.cpp built for a portable instruction set (on x86-64: AVX2, FMA, F16C, BMI2), not
+# for whatever the machine's CPU says it has (-march=native, llama.cpp's default): a VM's
+# CPU can report AMX that its kernel does not let a program use, and the model server then
+# dies of an illegal instruction on its first answer (seen on a Xeon guest, 2026-12-06).
+# Every machine then runs the same kernels.
+llama_cmake="-DGGML_NATIVE=OFF"
+want="$( { cat "$req"; echo "$llama_cmake"; } | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.stamp" 2>/dev/null)" != "$want" ]; then
   echo "model-env: building llama.cpp's server (llama-cpp-python) into $venv; this takes several minutes once" >&2
   rm -rf "$venv"
   python3 -m venv "$venv" >&2
   "$venv/bin/python" -m pip install --disable-pip-version-check -q --upgrade pip >&2
-  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$venv/bin/python" -m pip install \
-    --disable-pip-version-check --progress-bar on -r "$req" >&2
+  # --no-cache-dir: never a wheel pip built and kept earlier with other flags.
+  CMAKE_ARGS="$llama_cmake" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$venv/bin/python" -m pip install \
+    --disable-pip-version-check --no-cache-dir --progress-bar on -r "$req" >&2
   echo "$want" > "$venv/.stamp"
 fi
 

@@ -69,17 +69,53 @@ pub(crate) async fn start_model_server_with_window(
         .stderr(Stdio::null())
         .spawn()
         .expect("start llama_cpp.server");
-    let server = ModelServer { child, port };
+    let mut server = ModelServer { child, port };
     let url = format!("http://127.0.0.1:{port}/v1/models");
     for _ in 0..240 {
         if let Ok(r) = client().get(&url).send().await {
             if r.status().is_success() {
+                server.answers_one_token().await;
                 return server;
             }
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     panic!("the model server did not start within 60 s");
+}
+
+impl ModelServer {
+    /// The model computes: a server can list its model and still die on its first token
+    /// (llama.cpp built for instructions the machine reports but cannot run), which every
+    /// test would otherwise see as a refused connection somewhere in the middle.
+    async fn answers_one_token(&mut self) {
+        let url = format!("http://127.0.0.1:{}/v1/completions", self.port);
+        let asked = reqwest::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .build()
+            .unwrap()
+            .post(&url)
+            .json(&json!({"prompt": "def", "max_tokens": 1, "temperature": 0}))
+            .send()
+            .await;
+        if matches!(&asked, Ok(r) if r.status().is_success()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let died = self.child.try_wait().ok().flatten();
+        let signal = died.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s));
+        panic!(
+            "the model server did not answer one token ({}): {}",
+            match &asked {
+                Ok(r) => format!("status {}", r.status()),
+                Err(e) => format!("{e}"),
+            },
+            match (died, signal) {
+                (_, Some(4)) => "it died of an illegal instruction: its llama.cpp was built for instructions this machine cannot run (scripts/model-env.sh builds it portable; remove ~/.cache/assist-gateway/llama to rebuild)".to_string(),
+                (Some(status), _) => format!("it exited: {status}"),
+                (None, _) => "it is still running".to_string(),
+            }
+        );
+    }
 }
 
 /// A pass-through HTTP proxy in front of the model server that keeps every JSON request
