@@ -12,6 +12,9 @@
 //!   HTTP/1.1 with a keep-alive pool to the upstream, access log off, error log at `warn`;
 //! * `litellm`: LiteLLM proxy (`litellm --config benches/litellm/config.yaml`), pass-through
 //!   `openai/up-model:latest` to the upstream, no database, logging off;
+//! * `hyper`, `axum` (not run by default): the floor of the gateway's own HTTP stack, two
+//!   proxies with no gateway in them (hyper's server and client; axum's router in front of
+//!   reqwest), run from this executable (`floor`);
 //! * `gateway-passthrough`: the release gateway forwarding `up-model:latest` unchanged;
 //! * `gateway-anthropic`, `gateway-responses` (not run by default): the same passthrough
 //!   model asked in the Anthropic Messages and Responses dialects (`/v1/messages`,
@@ -49,7 +52,7 @@
 //!
 //! Environment (defaults in brackets):
 //! BENCH_TARGETS [direct,nginx,litellm,passthrough,brunix] which rows to run (also:
-//! anthropic, responses, passthrough-traced, brunix-traced);
+//! hyper, axum, anthropic, responses, passthrough-traced, brunix-traced);
 //! BENCH_PIN [on] / off: the target on one CPU, load client and upstream on the others;
 //! BENCH_SECS [5] seconds at each fixed rate (100 and 1,000 req/s, and the TTFT run);
 //! BENCH_STEP_SECS [2] seconds per step of the throughput ladder;
@@ -83,6 +86,7 @@ mod support;
 
 #[path = "../common/mod.rs"]
 mod common;
+mod floor;
 mod knobs;
 mod load;
 mod report;
@@ -103,6 +107,7 @@ use serde_json::json;
 use support::{Reply, ScriptedUpstream, UPSTREAM_MODEL};
 use tokio::time::Instant;
 
+use floor::start_floor;
 use knobs::*;
 use load::*;
 use report::*;
@@ -328,7 +333,13 @@ async fn closed_loop(
     closed
 }
 
+/// The gateway's allocator, for the floor proxies this executable also runs (`floor`).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
+    // Started again as a floor proxy: that, and nothing else.
+    floor::serve_if_asked();
     let knobs = Knobs::from_env();
     // The machine's size, before pinning narrows what this process sees.
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());

@@ -18,13 +18,17 @@ pub(crate) enum Server {
         dir: tempfile::TempDir,
     },
     Gateway(GatewayProcess),
+    /// A floor proxy of the bench's own (`floor`), in its own process.
+    Floor(Proc),
 }
 
 impl Server {
     pub(crate) fn pid(&self) -> Option<u32> {
         match self {
             Server::InProcess => None,
-            Server::LiteLlm { proc_, .. } | Server::Nginx { proc_, .. } => Some(proc_.pid()),
+            Server::LiteLlm { proc_, .. } | Server::Nginx { proc_, .. } | Server::Floor(proc_) => {
+                Some(proc_.pid())
+            }
             Server::Gateway(g) => Some(g.pid()),
         }
     }
@@ -208,6 +212,8 @@ pub(crate) async fn start_target(
         },
         "nginx" => start_nginx(upstream, knobs, cpus).await,
         "litellm" => start_litellm(upstream, knobs, cpus).await,
+        "hyper" => start_floor("hyper", upstream, cpus).await,
+        "axum" => start_floor("axum", upstream, cpus).await,
         "passthrough" | "passthrough-traced" => {
             let g = start_gateway_on(upstream, &gateway(true), cpus).await;
             Target {
@@ -249,7 +255,7 @@ pub(crate) async fn start_target(
             }
         }
         other => {
-            panic!("BENCH_TARGETS: unknown target {other:?} (direct, nginx, litellm, passthrough, anthropic, responses, brunix, passthrough-traced, brunix-traced)")
+            panic!("BENCH_TARGETS: unknown target {other:?} (direct, nginx, hyper, axum, litellm, passthrough, anthropic, responses, brunix, passthrough-traced, brunix-traced)")
         }
     }
 }

@@ -1,0 +1,162 @@
+//! Two proxies with no gateway in them, built from the crates the gateway is built on: the
+//! floor of the Rust HTTP stack, measured beside nginx's in the same run.
+//!
+//! * `hyper`: hyper's HTTP/1 server, one task per connection, each request sent on through
+//!   hyper-util's pooled client with its body as it came, the upstream's response body
+//!   streamed back as it comes. Nothing is parsed but the HTTP itself.
+//! * `axum`: axum's router and `axum::serve` in front of reqwest, the two the gateway uses:
+//!   the request's body read whole (as the gateway reads it), posted to the upstream, the
+//!   answer streamed back with its status and content type.
+//!
+//! Each runs in its own process, the bench's executable started again with
+//! `BENCH_FLOOR=hyper|axum` (see `main`), on the target's CPU, with the same runtime as the
+//! gateway's (`Runtime::new`: one worker thread on one CPU) and the same allocator
+//! (mimalloc, this binary's global allocator). No timeouts, no limits, no logs: a floor,
+//! not a server to deploy.
+
+use std::net::SocketAddr;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt;
+use http::header::CONTENT_TYPE;
+use http::uri::{Authority, Scheme};
+use http::{Request, StatusCode, Uri};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+
+use super::*;
+
+/// The environment variable that makes the bench's executable a floor proxy.
+pub(crate) const ROLE: &str = "BENCH_FLOOR";
+const UPSTREAM: &str = "BENCH_FLOOR_UPSTREAM";
+const PORT: &str = "BENCH_FLOOR_PORT";
+
+/// When this process was started as a floor proxy: serves until killed, and never returns.
+pub(crate) fn serve_if_asked() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let upstream: SocketAddr = std::env::var(UPSTREAM).unwrap().parse().unwrap();
+    let port: u16 = std::env::var(PORT).unwrap().parse().unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async move {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+        match role.as_str() {
+            "hyper" => hyper_proxy(listener, upstream).await,
+            "axum" => axum_proxy(listener, upstream).await,
+            other => panic!("{ROLE}={other:?}: hyper or axum"),
+        }
+    });
+    std::process::exit(0);
+}
+
+/// Starts the floor proxy `role` in front of `upstream`, on `cpus`.
+pub(crate) async fn start_floor(
+    role: &'static str,
+    upstream: &ScriptedUpstream,
+    cpus: Option<&str>,
+) -> Target {
+    let port = free_port();
+    let mut cmd = command_on(cpus, std::env::current_exe().unwrap());
+    cmd.env(ROLE, role)
+        .env(UPSTREAM, upstream.addr.to_string())
+        .env(PORT, port.to_string())
+        .stdin(Stdio::null());
+    let mut proc_ = Proc::spawn(role, &mut cmd);
+    let url = format!("http://127.0.0.1:{port}");
+    // Through the proxy to the upstream: proxying works, not only the listener.
+    wait_ok(&format!("{url}/v1/models"), 30, &mut proc_).await;
+    Target {
+        name: match role {
+            "hyper" => "hyper floor",
+            _ => "axum + reqwest floor",
+        },
+        url: format!("{url}/v1/chat/completions"),
+        model: UPSTREAM_MODEL.to_string(),
+        server: Server::Floor(proc_),
+    }
+}
+
+async fn hyper_proxy(listener: TcpListener, upstream: SocketAddr) {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client: Client<HttpConnector, Incoming> = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(usize::MAX)
+        .build(connector);
+    let authority: Authority = upstream.to_string().parse().unwrap();
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        let (client, authority) = (client.clone(), authority.clone());
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+                let mut uri = std::mem::take(req.uri_mut()).into_parts();
+                uri.scheme = Some(Scheme::HTTP);
+                uri.authority = Some(authority.clone());
+                *req.uri_mut() = Uri::from_parts(uri).unwrap();
+                client.request(req)
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), service)
+                .await;
+        });
+    }
+}
+
+struct Forward {
+    client: reqwest::Client,
+    /// `http://upstream`, the request's path appended.
+    base: String,
+    /// The chat path's URL, parsed once (as the gateway keeps its upstream's URLs).
+    chat: reqwest::Url,
+}
+
+async fn axum_proxy(listener: TcpListener, upstream: SocketAddr) {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(usize::MAX)
+        .tcp_nodelay(true)
+        .build()
+        .unwrap();
+    let base = format!("http://{upstream}");
+    let chat = format!("{base}/v1/chat/completions").parse().unwrap();
+    let state = Arc::new(Forward { client, base, chat });
+    let app = axum::Router::new().fallback(forward).with_state(state);
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, app).await.unwrap();
+}
+
+async fn forward(State(f): State<Arc<Forward>>, req: axum::extract::Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, 1 << 20).await else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let url = match parts.uri.path() {
+        "/v1/chat/completions" => f.chat.clone(),
+        path => match format!("{}{path}", f.base).parse() {
+            Ok(url) => url,
+            Err(_) => return StatusCode::BAD_REQUEST.into_response(),
+        },
+    };
+    let mut up = f.client.request(parts.method, url).body(body);
+    if let Some(kind) = parts.headers.get(CONTENT_TYPE) {
+        up = up.header(CONTENT_TYPE, kind);
+    }
+    let Ok(answer) = up.send().await else {
+        return StatusCode::BAD_GATEWAY.into_response();
+    };
+    let mut response = Response::builder().status(answer.status());
+    if let Some(kind) = answer.headers().get(CONTENT_TYPE) {
+        response = response.header(CONTENT_TYPE, kind);
+    }
+    response
+        .body(Body::from_stream(answer.bytes_stream()))
+        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+}
