@@ -4,12 +4,13 @@
 //! * `hyper`: hyper's HTTP/1 server, one task per connection, each request sent on through
 //!   hyper-util's pooled client with its body as it came, the upstream's response body
 //!   streamed back as it comes. Nothing is parsed but the HTTP itself.
-//! * `axum`: axum's router and `axum::serve` in front of reqwest, the two the gateway uses:
-//!   the request's body read whole (as the gateway reads it), posted to the upstream, the
-//!   answer streamed back with its status and content type.
+//! * `axum`: axum's router in front of reqwest, the two the gateway uses (served by
+//!   `axum::serve`; the gateway serves its router through hyper-util's connection builder
+//!   instead): the request's body read whole (as the gateway reads it), posted to the
+//!   upstream, the answer streamed back with its status and content type.
 //!
 //! Each runs in its own process, the bench's executable started again with
-//! `BENCH_FLOOR=hyper|axum` (see `main`), on the target's CPU, with the same runtime as the
+//! `SIDE_BY_SIDE_FLOOR_ROLE=hyper|axum` (see `main`), on the target's CPU, with the same runtime as the
 //! gateway's (`Runtime::new`: one worker thread on one CPU) and the same allocator
 //! (mimalloc, this binary's global allocator). No timeouts, no limits, no logs: a floor,
 //! not a server to deploy.
@@ -20,7 +21,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::serve::ListenerExt;
-use http::header::CONTENT_TYPE;
+use http::header::{CONTENT_TYPE, HOST};
 use http::uri::{Authority, Scheme};
 use http::{Request, StatusCode, Uri};
 use hyper::body::Incoming;
@@ -31,9 +32,11 @@ use tokio::net::TcpListener;
 use super::*;
 
 /// The environment variable that makes the bench's executable a floor proxy.
-pub(crate) const ROLE: &str = "BENCH_FLOOR";
-const UPSTREAM: &str = "BENCH_FLOOR_UPSTREAM";
-const PORT: &str = "BENCH_FLOOR_PORT";
+/// (Not a `BENCH_*` name: those are the bench's settings, and this one is set by the bench
+/// itself, on the floor's own command only.)
+pub(crate) const ROLE: &str = "SIDE_BY_SIDE_FLOOR_ROLE";
+const UPSTREAM: &str = "SIDE_BY_SIDE_FLOOR_UPSTREAM";
+const PORT: &str = "SIDE_BY_SIDE_FLOOR_PORT";
 
 /// When this process was started as a floor proxy: serves until killed, and never returns.
 pub(crate) fn serve_if_asked() {
@@ -100,6 +103,9 @@ async fn hyper_proxy(listener: TcpListener, upstream: SocketAddr) {
                 uri.scheme = Some(Scheme::HTTP);
                 uri.authority = Some(authority.clone());
                 *req.uri_mut() = Uri::from_parts(uri).unwrap();
+                // The upstream's own Host, as the gateway and nginx send (hyper-util's
+                // client adds it from the URI when there is none).
+                req.headers_mut().remove(HOST);
                 client.request(req)
             });
             let _ = hyper::server::conn::http1::Builder::new()

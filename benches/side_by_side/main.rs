@@ -333,7 +333,9 @@ async fn closed_loop(
     closed
 }
 
-/// The gateway's allocator, for the floor proxies this executable also runs (`floor`).
+/// The gateway's allocator, for the floor proxies this executable also runs (`floor`). It
+/// is the load client's and the in-process upstream's allocator too (since 2026-12-06;
+/// before, the system's): figures of earlier runs compare with that in mind.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
