@@ -110,7 +110,7 @@ impl ModelServer {
                 Err(e) => format!("{e}"),
             },
             match (died, signal) {
-                (_, Some(4)) => "it died of an illegal instruction: its llama.cpp uses instructions this machine cannot run (scripts/model-env.sh builds it for AVX2 on x86-64, not for the CPU it runs on; a build from before that is rebuilt by removing the llama folder of ~/.cache/assist-gateway or $ASSIST_CACHE; a CPU without AVX2 needs CMAKE_ARGS for its own)".to_string(),
+                (_, Some(4)) => "it died of an illegal instruction: its llama.cpp uses instructions this machine cannot run (scripts/model-env.sh builds it for AVX2 on x86-64, not for the CPU it runs on, and rebuilds an older native build by itself; a CPU without AVX2 needs CMAKE_ARGS of its own)".to_string(),
                 (Some(status), _) => format!("it exited: {status}"),
                 (None, _) => "it is still running".to_string(),
             }
