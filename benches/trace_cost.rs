@@ -22,9 +22,12 @@
 //! alternate streamed and whole, four at a time, 20 tokens each from the scripted
 //! upstream (in this process, OpenAI's SSE byte for byte).
 //! `TRACE_COST_REPEAT` (3) runs per row show how steady the count is.
+//! `TRACE_COST_ANSWERS=streamed` (or `whole`) counts one kind of answer alone, to see
+//! where a stream's cost goes apart from a whole answer's.
 //!
 //! Environment: TRACE_COST_N, TRACE_COST_WARM, TRACE_COST_REPEAT, TRACE_COST_TARGETS
-//! [passthrough,brunix], TRACE_COST_VALGRIND [valgrind], TRACE_COST_KEEP [none]: a
+//! [passthrough,brunix], TRACE_COST_ANSWERS [mixed; streamed; whole],
+//! TRACE_COST_VALGRIND [valgrind], TRACE_COST_KEEP [none]: a
 //! directory to keep callgrind's counts per function in (`{target}-{traced|untraced}-
 //! {run}.callgrind`, for `callgrind_annotate`: where the difference goes).
 #![allow(
@@ -96,12 +99,49 @@ async fn next_export(sink: &OtlpSink) {
     }
 }
 
-/// Answer `n` questions of `model` at `url`, `CLIENTS` at a time, alternating streamed and
-/// whole; each must come back complete.
+/// Which answers are asked for: `TRACE_COST_ANSWERS`.
+#[derive(Clone, Copy)]
+enum Answers {
+    /// Streamed and whole in turn.
+    Mixed,
+    Streamed,
+    Whole,
+}
+
+impl Answers {
+    fn from_env() -> Self {
+        match env_or("TRACE_COST_ANSWERS", "mixed".to_string()).as_str() {
+            "mixed" => Self::Mixed,
+            "streamed" => Self::Streamed,
+            "whole" => Self::Whole,
+            other => panic!("TRACE_COST_ANSWERS={other}: mixed, streamed or whole"),
+        }
+    }
+
+    fn streamed(self, i: usize) -> bool {
+        match self {
+            Self::Mixed => i.is_multiple_of(2),
+            Self::Streamed => true,
+            Self::Whole => false,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Mixed => "half streamed",
+            Self::Streamed => "all streamed",
+            Self::Whole => "all whole",
+        }
+    }
+}
+
+/// Answer `n` questions of `model` at `url`, `CLIENTS` at a time, streamed or whole as
+/// `answers` says; each must come back complete.
 async fn answer(client: &reqwest::Client, url: &str, model: &str, n: usize) {
+    let answers = Answers::from_env();
     futures::stream::iter(0..n)
         .for_each_concurrent(CLIENTS, |i| async move {
-            let stream = i % 2 == 0;
+            let stream = answers.streamed(i);
             let body = json!({"model": model, "stream": stream,
                 "messages": [{"role": "user", "content": QUESTION}]});
             let response = client.post(url).json(&body).send().await.unwrap();
@@ -211,7 +251,8 @@ async fn main() {
         .unwrap();
     println!(
         "Instructions per answer (valgrind callgrind, every thread of the gateway; {n} answers \
-         counted after {warm} of warm-up, half streamed, {CLIENTS} at a time; {repeat} runs each)\n"
+         counted after {warm} of warm-up, {}, {CLIENTS} at a time; {repeat} runs each)\n",
+        Answers::from_env().describe()
     );
     println!("| target | untraced, per run | traced, per run | traced ÷ untraced (medians) |");
     println!("|---|---:|---:|---:|");

@@ -53,15 +53,31 @@ fn pictographic(c: char) -> bool {
 }
 
 /// Whether `text` holds any character this module removes (a quick check first: most
-/// text has none, and is then left as it is).
+/// text has none, and is then left as it is). Printable ASCII, tabs and line breaks are
+/// passed over byte by byte; every other ASCII character is removed; from the first
+/// character beyond ASCII on, each is looked up.
 pub fn has_any(text: &str) -> bool {
-    text.chars().any(|c| {
-        always(c) && c != '\t' && c != '\n' && c != '\r'
-            || matches!(
-                c,
-                '\u{2028}' | '\u{2029}' | '\u{000C}' | '\u{200D}' | '\u{FE0E}' | '\u{FE0F}'
-            )
-    })
+    let Some(at) = text
+        .bytes()
+        .position(|b| !matches!(b, b' '..=b'~' | b'\t' | b'\n' | b'\r'))
+    else {
+        return false;
+    };
+    if text.as_bytes()[at].is_ascii() {
+        return true;
+    }
+    // Everything before `at` is ASCII, so a character starts there.
+    text[at..].chars().any(removed)
+}
+
+/// Whether `c` is removed, or may be (a joiner or a presentation selector, kept only in
+/// an emoji sequence), or replaced (line and paragraph separators, form feeds).
+fn removed(c: char) -> bool {
+    always(c) && c != '\t' && c != '\n' && c != '\r'
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{000C}' | '\u{200D}' | '\u{FE0E}' | '\u{FE0F}'
+        )
 }
 
 /// `text` without invisible characters; how many were removed.
@@ -134,5 +150,24 @@ mod tests {
         assert_eq!(strip("g\u{FE01}\u{FE0F}\u{FE0F}\u{FE0F}").0, "g\u{FE0F}");
         assert_eq!(strip("a\u{200D}b\x1b[2J").0, "ab[2J");
         assert!(has_any("x\u{E0041}") && !has_any("plain ñ text\n"));
+    }
+
+    proptest::proptest! {
+        /// The quick check says what a look at every character says.
+        #[test]
+        fn the_quick_check_agrees_with_every_character(
+            chars in proptest::collection::vec(proptest::prop_oneof![
+                4 => proptest::char::range(' ', '~'),
+                1 => proptest::char::range('\0', '\u{2100}'),
+                1 => proptest::sample::select(vec![
+                    '\0', '\t', '\n', '\r', '\u{0B}', '\u{0C}', '\u{1F}', '\u{7F}', '\u{80}',
+                    'é', '\u{2028}', '\u{200D}', '\u{FE0F}', '\u{FE01}', '\u{E0041}',
+                    '\u{1F600}', '\u{3164}',
+                ]),
+            ], 0..12)
+        ) {
+            let text: String = chars.into_iter().collect();
+            proptest::prop_assert_eq!(has_any(&text), text.chars().any(removed), "{:?}", text);
+        }
     }
 }
