@@ -6,7 +6,6 @@
 //! Each chat request is logged and measured here, once, when its answer ends (failed,
 //! finished, or dropped by a client that went away).
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +15,7 @@ use opentelemetry::KeyValue;
 
 use super::access::{Caller, KeyId, StreamGate, StreamSlot};
 use super::bounds::check_limits;
+use super::round::Round;
 use super::AppState;
 use crate::context::UsedItem;
 use crate::error::GatewayError;
@@ -237,44 +237,6 @@ struct WatchedSlot<T> {
     /// The round a held batch waits for (`waiting`), shared with its waker.
     round: Arc<Round>,
     waiting: bool,
-}
-
-/// One round of the scheduler: its waker is deferred by the runtime until the tasks
-/// already woken have run (tokio's `yield_now`), then marks the round passed and wakes
-/// the answer's task.
-#[derive(Default)]
-struct Round {
-    passed: AtomicBool,
-    task: futures::task::AtomicWaker,
-}
-
-impl std::task::Wake for Round {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.passed.store(true, Ordering::Release);
-        self.task.wake();
-    }
-}
-
-impl Round {
-    /// Starts a round that ends after the tasks already woken have run; `cx`'s task is
-    /// woken then.
-    fn start(self: &Arc<Self>, cx: &std::task::Context<'_>) {
-        self.passed.store(false, Ordering::Release);
-        self.task.register(cx.waker());
-        let waker = std::task::Waker::from(self.clone());
-        // A yield's first poll hands its waker to the runtime's deferred list; the
-        // future itself is not needed after that.
-        let _ = std::pin::pin!(tokio::task::yield_now())
-            .poll(&mut std::task::Context::from_waker(&waker));
-    }
-
-    fn passed(&self) -> bool {
-        self.passed.load(Ordering::Acquire)
-    }
 }
 
 impl<T: Piece> Watched<T> {

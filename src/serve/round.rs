@@ -1,0 +1,88 @@
+//! One round of the scheduler, to wait for: what a streamed body waits before it sends
+//! the pieces it has, so that the pieces already on their way (an upstream connection
+//! hands its body over one chunk at a time, each a round apart) leave in one write.
+//!
+//! `tokio::task::yield_now` cannot be used for this inside a body: the server may poll
+//! the body again at once, in the same round, and a yield's second poll is ready
+//! whenever it comes. A [`Round`] knows whether the runtime has really woken it.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// One round of the scheduler: its waker is deferred by the runtime until the tasks
+/// already woken have run (tokio's `yield_now`), then marks the round passed and wakes
+/// the task that started it.
+#[derive(Default)]
+pub struct Round {
+    passed: AtomicBool,
+    task: futures::task::AtomicWaker,
+}
+
+impl std::task::Wake for Round {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.passed.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+impl Round {
+    /// Starts a round that ends after the tasks already woken have run; `cx`'s task is
+    /// woken then.
+    pub fn start(self: &Arc<Self>, cx: &std::task::Context<'_>) {
+        self.passed.store(false, Ordering::Release);
+        self.task.register(cx.waker());
+        let waker = std::task::Waker::from(self.clone());
+        // A yield's first poll hands its waker to the runtime's deferred list; the
+        // future itself is not needed after that.
+        let _ = std::pin::pin!(tokio::task::yield_now())
+            .poll(&mut std::task::Context::from_waker(&waker));
+    }
+
+    /// Whether the round started last has passed.
+    pub fn passed(&self) -> bool {
+        self.passed.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task woken before the round started runs before the round passes; a poll in the
+    /// same round does not pass it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_round_passes_after_the_tasks_already_woken() {
+        let ran = Arc::new(AtomicBool::new(false));
+        let other = tokio::spawn({
+            let ran = ran.clone();
+            async move { ran.store(true, Ordering::Release) }
+        });
+        let round = Arc::new(Round::default());
+        let mut started = false;
+        std::future::poll_fn(|cx| {
+            if !started {
+                round.start(cx);
+                started = true;
+                // Polled again at once, as a server may: still the same round.
+                assert!(!round.passed());
+                return std::task::Poll::Pending;
+            }
+            if round.passed() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await;
+        assert!(
+            ran.load(Ordering::Acquire),
+            "the round passed before the woken task ran"
+        );
+        other.await.unwrap();
+    }
+}
