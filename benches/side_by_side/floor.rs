@@ -9,6 +9,13 @@
 //!   instead): the request's body read whole (as the gateway reads it), posted to the
 //!   upstream, the answer streamed back with its status and content type.
 //!
+//! A streamed answer's events ready at once are written as one, in both ([`batched`]).
+//! The upstream's connection hands its body over one chunk (one event) at a time, a round
+//! of the scheduler apart; passed on as they come, each event was a write of its own (26
+//! `writev` calls for a 20-token stream, the upstream request among them, counted with
+//! strace; the gateway made 5), where nginx writes what its buffer holds and the gateway
+//! joins what is ready within a round.
+//!
 //! Each runs in its own process, the bench's executable started again with
 //! `SIDE_BY_SIDE_FLOOR_ROLE=hyper|axum` (see `main`), on the target's CPU, with the same runtime as the
 //! gateway's (`Runtime::new`: one worker thread on one CPU) and the same allocator
@@ -17,14 +24,18 @@
 
 use std::net::SocketAddr;
 
+use assist_gateway::serve::round::Round;
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::serve::ListenerExt;
-use http::header::{CONTENT_TYPE, HOST};
+use bytes::BytesMut;
+use futures::{StreamExt, TryStreamExt};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use http::uri::{Authority, Scheme};
 use http::{Request, StatusCode, Uri};
-use hyper::body::Incoming;
+use http_body_util::{BodyDataStream, Either, StreamBody};
+use hyper::body::{Frame, Incoming};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
@@ -106,7 +117,18 @@ async fn hyper_proxy(listener: TcpListener, upstream: SocketAddr) {
                 // The upstream's own Host, as the gateway and nginx send (hyper-util's
                 // client adds it from the URI when there is none).
                 req.headers_mut().remove(HOST);
-                client.request(req)
+                let answer = client.request(req);
+                async move {
+                    let answer = answer.await?;
+                    // A whole answer (its length known) goes on as it came.
+                    if answer.headers().contains_key(CONTENT_LENGTH) {
+                        return Ok(answer.map(Either::Left));
+                    }
+                    Ok::<_, hyper_util::client::legacy::Error>(answer.map(|body| {
+                        let frames = batched(BodyDataStream::new(body)).map_ok(Frame::data);
+                        Either::Right(StreamBody::new(frames))
+                    }))
+                }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(tcp), service)
@@ -162,7 +184,88 @@ async fn forward(State(f): State<Arc<Forward>>, req: axum::extract::Request) -> 
     if let Some(kind) = answer.headers().get(CONTENT_TYPE) {
         response = response.header(CONTENT_TYPE, kind);
     }
+    let body = if answer.headers().contains_key(CONTENT_LENGTH) {
+        Body::from_stream(answer.bytes_stream())
+    } else {
+        Body::from_stream(batched(answer.bytes_stream()))
+    };
     response
-        .body(Body::from_stream(answer.bytes_stream()))
+        .body(body)
         .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
+}
+
+/// A streamed body's pieces, those ready at once joined into one: after a piece, a round
+/// of the scheduler (the tasks already woken run first, the upstream's connection among
+/// them) and what came in it joins the batch, again while rounds bring more; a round that
+/// brings nothing sends it. The least that writes a burst of events in one write, as the
+/// gateway does (`serve::chat::Watched`, with the same [`Round`]); a piece's error ends
+/// the body after the batch before it.
+struct Batched<S, E> {
+    pieces: S,
+    batch: Option<BytesMut>,
+    failed: Option<E>,
+    ended: bool,
+    round: Arc<Round>,
+    waiting: bool,
+}
+
+fn batched<S, E>(pieces: S) -> Batched<S, E> {
+    Batched {
+        pieces,
+        batch: None,
+        failed: None,
+        ended: false,
+        round: Arc::default(),
+        waiting: false,
+    }
+}
+
+impl<S, E> futures::Stream for Batched<S, E>
+where
+    S: futures::Stream<Item = Result<Bytes, E>> + Unpin,
+    E: Unpin,
+{
+    type Item = Result<Bytes, E>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        let mut grew = false;
+        while !this.ended {
+            match this.pieces.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(piece))) => {
+                    grew = true;
+                    this.batch.get_or_insert_default().extend_from_slice(&piece);
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    this.failed = Some(e);
+                    this.ended = true;
+                }
+                Poll::Ready(None) => this.ended = true,
+                Poll::Pending => break,
+            }
+        }
+        if !this.ended && this.batch.is_some() {
+            let in_round = this.waiting && !this.round.passed();
+            if grew && !in_round {
+                this.round.start(cx);
+                this.waiting = true;
+            }
+            if grew || in_round {
+                return Poll::Pending;
+            }
+        }
+        this.waiting = false;
+        if let Some(batch) = this.batch.take() {
+            return Poll::Ready(Some(Ok(batch.freeze())));
+        }
+        match this.failed.take() {
+            Some(e) => Poll::Ready(Some(Err(e))),
+            None if this.ended => Poll::Ready(None),
+            None => Poll::Pending,
+        }
+    }
 }

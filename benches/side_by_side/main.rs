@@ -14,7 +14,8 @@
 //!   `openai/up-model:latest` to the upstream, no database, logging off;
 //! * `hyper`, `axum` (not run by default): the floor of the gateway's own HTTP stack, two
 //!   proxies with no gateway in them (hyper's server and client; axum's router in front of
-//!   reqwest), run from this executable (`floor`);
+//!   reqwest), run from this executable (`floor`), writing the events of a stream that are
+//!   ready at once in one write, as nginx and the gateway do;
 //! * `gateway-passthrough`: the release gateway forwarding `up-model:latest` unchanged;
 //! * `gateway-anthropic`, `gateway-responses` (not run by default): the same passthrough
 //!   model asked in the Anthropic Messages and Responses dialects (`/v1/messages`,
