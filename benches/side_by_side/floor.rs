@@ -3,7 +3,7 @@
 //!
 //! * `hyper`: hyper's HTTP/1 server, one task per connection, each request sent on through
 //!   hyper-util's pooled client with its body as it came, the upstream's response body
-//!   streamed back as it comes. Nothing is parsed but the HTTP itself.
+//!   passed back (a stream's in batches, below). Nothing is parsed but the HTTP itself.
 //! * `axum`: axum's router in front of reqwest, the two the gateway uses (served by
 //!   `axum::serve`; the gateway serves its router through hyper-util's connection builder
 //!   instead): the request's body read whole (as the gateway reads it), posted to the
@@ -197,9 +197,13 @@ async fn forward(State(f): State<Arc<Forward>>, req: axum::extract::Request) -> 
 /// A streamed body's pieces, those ready at once joined into one: after a piece, a round
 /// of the scheduler (the tasks already woken run first, the upstream's connection among
 /// them) and what came in it joins the batch, again while rounds bring more; a round that
-/// brings nothing sends it. The least that writes a burst of events in one write, as the
-/// gateway does (`serve::chat::Watched`, with the same [`Round`]); a piece's error ends
-/// the body after the batch before it.
+/// brings nothing sends it, and so does one that grew past [`MAX_BATCH_BYTES`]. The least
+/// that writes a burst of events in one write, as the gateway does (`serve::chat::Watched`,
+/// with the same [`Round`] and bound); a piece's error ends the body after the batch
+/// before it.
+/// Most bytes a batch may grow to before it is sent (the gateway's bound).
+const MAX_BATCH_BYTES: usize = 64 * 1024;
+
 struct Batched<S, E> {
     pieces: S,
     batch: Option<BytesMut>,
@@ -234,7 +238,9 @@ where
         use std::task::Poll;
         let this = &mut *self;
         let mut grew = false;
-        while !this.ended {
+        let full =
+            |batch: &Option<BytesMut>| batch.as_ref().is_some_and(|b| b.len() >= MAX_BATCH_BYTES);
+        while !this.ended && !full(&this.batch) {
             match this.pieces.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(piece))) => {
                     grew = true;
@@ -248,7 +254,7 @@ where
                 Poll::Pending => break,
             }
         }
-        if !this.ended && this.batch.is_some() {
+        if !this.ended && this.batch.is_some() && !full(&this.batch) {
             let in_round = this.waiting && !this.round.passed();
             if grew && !in_round {
                 this.round.start(cx);

@@ -54,8 +54,9 @@ fn pictographic(c: char) -> bool {
 
 /// Whether `text` holds any character this module removes (a quick check first: most
 /// text has none, and is then left as it is). Printable ASCII, tabs and line breaks are
-/// passed over byte by byte; every other ASCII character is removed; from the first
-/// character beyond ASCII on, each is looked up.
+/// passed over byte by byte; every other ASCII character is one `strip` changes (a form
+/// feed becomes a line break, the rest are removed); from the first character beyond
+/// ASCII on, each is looked up.
 pub fn has_any(text: &str) -> bool {
     let Some(at) = text
         .bytes()
@@ -67,12 +68,13 @@ pub fn has_any(text: &str) -> bool {
         return true;
     }
     // Everything before `at` is ASCII, so a character starts there.
-    text[at..].chars().any(removed)
+    text[at..].chars().any(changed)
 }
 
-/// Whether `c` is removed, or may be (a joiner or a presentation selector, kept only in
-/// an emoji sequence), or replaced (line and paragraph separators, form feeds).
-fn removed(c: char) -> bool {
+/// Whether `strip` may change `c`: it is removed, or may be (a joiner or a presentation
+/// selector, kept only in an emoji sequence), or replaced (line and paragraph separators,
+/// form feeds).
+fn changed(c: char) -> bool {
     always(c) && c != '\t' && c != '\n' && c != '\r'
         || matches!(
             c,
@@ -167,7 +169,7 @@ mod tests {
             ], 0..12)
         ) {
             let text: String = chars.into_iter().collect();
-            proptest::prop_assert_eq!(has_any(&text), text.chars().any(removed), "{:?}", text);
+            proptest::prop_assert_eq!(has_any(&text), text.chars().any(changed), "{:?}", text);
         }
     }
 }

@@ -53,8 +53,9 @@ impl Round {
 mod tests {
     use super::*;
 
-    /// A task woken before the round started runs before the round passes; a poll in the
-    /// same round does not pass it.
+    /// Polled again in the same round, as a server may poll a body, the round has not
+    /// passed; it passes when the runtime wakes its deferred waker (after the task woken
+    /// before it, as tokio runs them).
     #[tokio::test(flavor = "current_thread")]
     async fn a_round_passes_after_the_tasks_already_woken() {
         let ran = Arc::new(AtomicBool::new(false));
