@@ -24,7 +24,7 @@
 
 use std::net::SocketAddr;
 
-use assist_gateway::serve::round::Round;
+use assist_gateway::serve::round::HoldBack;
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -199,7 +199,7 @@ async fn forward(State(f): State<Arc<Forward>>, req: axum::extract::Request) -> 
 /// them) and what came in it joins the batch, again while rounds bring more; a round that
 /// brings nothing sends it, and so does one that grew past [`MAX_BATCH_BYTES`]. The least
 /// that writes a burst of events in one write, as the gateway does (`serve::chat::Watched`,
-/// with the same [`Round`] and bound); a piece's error ends the body after the batch
+/// with the same [`HoldBack`] and bound); a piece's error ends the body after the batch
 /// before it.
 /// Most bytes a batch may grow to before it is sent (the gateway's bound).
 const MAX_BATCH_BYTES: usize = 64 * 1024;
@@ -209,8 +209,7 @@ struct Batched<S, E> {
     batch: Option<BytesMut>,
     failed: Option<E>,
     ended: bool,
-    round: Arc<Round>,
-    waiting: bool,
+    hold: HoldBack,
 }
 
 fn batched<S, E>(pieces: S) -> Batched<S, E> {
@@ -219,8 +218,7 @@ fn batched<S, E>(pieces: S) -> Batched<S, E> {
         batch: None,
         failed: None,
         ended: false,
-        round: Arc::default(),
-        waiting: false,
+        hold: HoldBack::default(),
     }
 }
 
@@ -254,17 +252,10 @@ where
                 Poll::Pending => break,
             }
         }
-        if !this.ended && this.batch.is_some() && !full(&this.batch) {
-            let in_round = this.waiting && !this.round.passed();
-            if grew && !in_round {
-                this.round.start(cx);
-                this.waiting = true;
-            }
-            if grew || in_round {
-                return Poll::Pending;
-            }
+        if !this.ended && this.batch.is_some() && !full(&this.batch) && this.hold.hold(grew, cx) {
+            return Poll::Pending;
         }
-        this.waiting = false;
+        this.hold.release();
         if let Some(batch) = this.batch.take() {
             return Poll::Ready(Some(Ok(batch.freeze())));
         }

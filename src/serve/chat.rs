@@ -15,7 +15,7 @@ use opentelemetry::KeyValue;
 
 use super::access::{Caller, KeyId, StreamGate, StreamSlot};
 use super::bounds::check_limits;
-use super::round::Round;
+use super::round::HoldBack;
 use super::AppState;
 use crate::context::UsedItem;
 use crate::error::GatewayError;
@@ -234,9 +234,8 @@ struct WatchedSlot<T> {
     /// What leaves next: a piece that did not join the batch handed over before it, or
     /// a batch held back for a round of the scheduler.
     held: Option<T>,
-    /// The round a held batch waits for (`waiting`), shared with its waker.
-    round: Arc<Round>,
-    waiting: bool,
+    /// Whether a batch waits for a round of the scheduler.
+    hold: HoldBack,
 }
 
 impl<T: Piece> Watched<T> {
@@ -245,8 +244,7 @@ impl<T: Piece> Watched<T> {
             rendering: Some(rendering),
             handed: None,
             held: None,
-            round: Arc::default(),
-            waiting: false,
+            hold: HoldBack::default(),
         }));
         let watched = Arc::downgrade(&slot);
         tokio::spawn(async move {
@@ -326,20 +324,17 @@ impl<T: Piece> futures::Stream for Watched<T> {
         // at a time although the whole answer may sit in its buffer. The batch is held
         // back for a round of the scheduler (the tasks already woken run first), again
         // while rounds bring more, and leaves after a round that brought nothing. One
-        // write then carries what a burst brought, not one write a piece. (A server may
-        // poll again at once, in the same round: that poll does not end the wait.)
-        if T::JOINS && !full && slot.rendering.is_some() && batch.is_some() {
-            let in_round = slot.waiting && !slot.round.passed();
-            if grew && !in_round {
-                slot.round.start(cx);
-                slot.waiting = true;
-            }
-            if grew || in_round {
-                slot.held = batch;
-                return Poll::Pending;
-            }
+        // write then carries what a burst brought, not one write a piece (`HoldBack`).
+        if T::JOINS
+            && !full
+            && slot.rendering.is_some()
+            && batch.is_some()
+            && slot.hold.hold(grew, cx)
+        {
+            slot.held = batch;
+            return Poll::Pending;
         }
-        slot.waiting = false;
+        slot.hold.release();
         match batch {
             Some(batch) => {
                 slot.handed = Some(Instant::now());

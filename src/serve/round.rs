@@ -4,17 +4,53 @@
 //!
 //! `tokio::task::yield_now` cannot be used for this inside a body: the server may poll
 //! the body again at once, in the same round, and a yield's second poll is ready
-//! whenever it comes. A [`Round`] knows whether the runtime has really woken it.
+//! whenever it comes. A [`Round`] knows whether the runtime has really woken it, and
+//! [`HoldBack`] is the rule a batching body follows with it.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// When a batching body sends what it holds: a poll that took pieces holds the batch back
+/// for a round of the scheduler, again while rounds bring more; the batch leaves after a
+/// round that brought nothing. A poll within the round (the server may poll again at
+/// once) does not end the wait.
+#[derive(Default)]
+pub struct HoldBack {
+    round: Arc<Round>,
+    /// A round was started for the batch held now.
+    waiting: bool,
+}
+
+impl HoldBack {
+    /// Whether the batch is held back, after a poll that took pieces (`grew`) or none;
+    /// when it is, `cx`'s task is woken at the end of the round.
+    pub fn hold(&mut self, grew: bool, cx: &std::task::Context<'_>) -> bool {
+        let in_round = self.waiting && !self.round.passed();
+        if grew && !in_round {
+            self.round.start(cx);
+            self.waiting = true;
+        }
+        if grew || in_round {
+            return true;
+        }
+        self.waiting = false;
+        false
+    }
+
+    /// The batch leaves without waiting: it is full, or the body ended. (A round still
+    /// running ends with the next one's, when the runtime wakes the deferred wakers
+    /// together.)
+    pub fn release(&mut self) {
+        self.waiting = false;
+    }
+}
+
 /// One round of the scheduler: its waker is deferred by the runtime until the tasks
 /// already woken have run (tokio's `yield_now`), then marks the round passed and wakes
 /// the task that started it.
 #[derive(Default)]
-pub struct Round {
+struct Round {
     passed: AtomicBool,
     task: futures::task::AtomicWaker,
 }
@@ -33,7 +69,7 @@ impl std::task::Wake for Round {
 impl Round {
     /// Starts a round that ends after the tasks already woken have run; `cx`'s task is
     /// woken then.
-    pub fn start(self: &Arc<Self>, cx: &std::task::Context<'_>) {
+    fn start(self: &Arc<Self>, cx: &std::task::Context<'_>) {
         self.passed.store(false, Ordering::Release);
         self.task.register(cx.waker());
         let waker = std::task::Waker::from(self.clone());
@@ -44,7 +80,7 @@ impl Round {
     }
 
     /// Whether the round started last has passed.
-    pub fn passed(&self) -> bool {
+    fn passed(&self) -> bool {
         self.passed.load(Ordering::Acquire)
     }
 }
@@ -85,5 +121,36 @@ mod tests {
             "the round passed before the woken task ran"
         );
         other.await.unwrap();
+    }
+
+    /// A batch is held for a round, again while rounds bring more, and leaves after one
+    /// that brought nothing; a poll within the round does not end the wait.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_batch_is_held_while_rounds_bring_more() {
+        use std::task::Poll;
+        let mut hold = HoldBack::default();
+        let mut seen = Vec::new();
+        let polls = std::future::poll_fn(|cx| match seen.len() {
+            0 => {
+                // Pieces came: held; polled again at once, as a server may: still held.
+                seen.push(hold.hold(true, cx));
+                seen.push(hold.hold(false, cx));
+                Poll::Pending
+            }
+            // The round passed and brought more: held for another.
+            2 => {
+                seen.push(hold.hold(true, cx));
+                Poll::Pending
+            }
+            // That round brought nothing: the batch leaves.
+            _ => {
+                seen.push(hold.hold(false, cx));
+                Poll::Ready(())
+            }
+        });
+        tokio::time::timeout(std::time::Duration::from_secs(5), polls)
+            .await
+            .expect("the end of a round did not wake the task");
+        assert_eq!(seen, [true, true, true, false]);
     }
 }
