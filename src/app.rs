@@ -277,6 +277,12 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
                 settings.completion.model.trim().to_string()
             },
             completion_template: settings.completion.template.clone(),
+            fallback_models: settings
+                .llm
+                .fallbacks
+                .iter()
+                .map(|f| f.model.clone())
+                .collect(),
             completion_context_chars: settings.completion.context_tokens * 4,
             completion_deadline: Duration::from_millis(settings.completion.deadline_ms),
             answer_reserve_tokens: a.answer_reserve_tokens,

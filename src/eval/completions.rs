@@ -142,6 +142,7 @@ pub async fn evaluate(
                 tool_choice: None,
                 whole: false,
                 relay: None,
+                template_peers: Vec::new(),
             };
             let turn = ChatTurn::from_client(request, None, None, None);
             let started = std::time::Instant::now();

@@ -188,6 +188,10 @@ pub struct UpstreamRequest {
     /// Pass the upstream's own events on as they came (same-dialect passthrough), when the
     /// upstream can ([`ChatModel::relays`]).
     pub relay: Option<Relay>,
+    /// A prompt written in the model's own template (`raw`) goes to a fallback upstream
+    /// only when it serves the same model or one named here (a model that reads the same
+    /// template): to any other, the template's tokens are text.
+    pub template_peers: Vec<String>,
 }
 
 /// A client that speaks the upstream's own dialect (OpenAI's to an OpenAI-compatible
@@ -213,6 +217,7 @@ impl UpstreamRequest {
             tool_choice: None,
             whole: false,
             relay: None,
+            template_peers: Vec::new(),
         }
     }
 }

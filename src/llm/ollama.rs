@@ -614,6 +614,7 @@ mod tests {
             tool_choice: None,
             whole: false,
             relay: None,
+            template_peers: Vec::new(),
         };
         let (path, body) = chat.request_body(&req).unwrap();
         assert_eq!(path, "/api/chat");

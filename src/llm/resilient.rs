@@ -130,14 +130,28 @@ impl Resilient {
     /// The order to try the targets in: those not cooling down first (in configured
     /// order), then the cooling ones, so that no request fails without trying every
     /// upstream that may answer. Requests for other models than the assistant's go to
-    /// the primary only (a fallback may not serve them).
-    fn order(&self, model: &str) -> Vec<usize> {
-        if !super::same_model(model, &self.targets[0].model) {
+    /// the primary only (a fallback may not serve them). A prompt written in the model's
+    /// own template (`raw`: a client's, or the gateway's fill-in-the-middle prompt) goes
+    /// only to those that serve the same model or a model that reads the same template
+    /// ([`UpstreamRequest::template_peers`]): to another model its tokens are text.
+    fn order(&self, request: &UpstreamRequest) -> Vec<usize> {
+        let primary = &self.targets[0].model;
+        if !super::same_model(&request.model, primary) {
             return vec![0];
         }
+        let templated = matches!(request.input, super::Input::Prompt { raw: true, .. });
         let now = Instant::now();
-        let (mut ready, cooling): (Vec<usize>, Vec<usize>) =
-            (0..self.targets.len()).partition(|&i| !self.targets[i].cooling(now));
+        let (mut ready, cooling): (Vec<usize>, Vec<usize>) = (0..self.targets.len())
+            .filter(|&i| {
+                let model = &self.targets[i].model;
+                !templated
+                    || super::same_model(model, primary)
+                    || request
+                        .template_peers
+                        .iter()
+                        .any(|p| super::same_model(p, model))
+            })
+            .partition(|&i| !self.targets[i].cooling(now));
         for &i in &cooling {
             tracing::debug!(
                 upstream = self.targets[i].url(),
@@ -257,7 +271,7 @@ impl Resilient {
         &self,
         request: &UpstreamRequest,
     ) -> Result<(ChunkStream, usize), UpstreamError> {
-        let order = self.order(&request.model);
+        let order = self.order(request);
         let mut last: Option<(usize, UpstreamError)> = None;
         for &i in &order {
             let target = &self.targets[i];
@@ -605,14 +619,47 @@ mod tests {
         let mut r = resilient(0);
         let chat = r.targets[0].chat.clone();
         r.targets.push(Target::new(chat, "fallback-model"));
-        assert_eq!(r.order("m"), [0, 1]);
+        let order = |model: &str| r.order(&UpstreamRequest::question(model, "hi"));
+        assert_eq!(order("m"), [0, 1]);
         assert_eq!(
-            r.order("m:latest"),
+            order("m:latest"),
             [0, 1],
             "`m` and `m:latest` are one model"
         );
-        assert_eq!(r.order("other"), [0]);
-        assert_eq!(r.order("m:7b"), [0]);
+        assert_eq!(order("other"), [0]);
+        assert_eq!(order("m:7b"), [0]);
+    }
+
+    #[test]
+    fn a_prompt_in_the_models_template_falls_back_only_to_the_same_model() {
+        use crate::llm::Input;
+        let mut r = resilient(0);
+        let chat = r.targets[0].chat.clone();
+        r.targets.push(Target::new(chat.clone(), "other-family"));
+        r.targets.push(Target::new(chat, "m:latest"));
+        let prompt = |raw| UpstreamRequest {
+            input: Input::Prompt {
+                prompt: "<|fim_prefix|>def f():\n    <|fim_suffix|>\n<|fim_middle|>".into(),
+                suffix: None,
+                system: None,
+                raw,
+                images: Vec::new(),
+            },
+            ..UpstreamRequest::question("m", "")
+        };
+        assert_eq!(r.order(&prompt(true)), [0, 2]);
+        assert_eq!(
+            r.order(&prompt(false)),
+            [0, 1, 2],
+            "plain text suits any model"
+        );
+        let mut peers = prompt(true);
+        peers.template_peers = vec!["other-family:latest".into()];
+        assert_eq!(
+            r.order(&peers),
+            [0, 1, 2],
+            "a model that reads the same template"
+        );
     }
 
     #[tokio::test]

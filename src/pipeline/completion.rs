@@ -250,6 +250,14 @@ impl Pipeline {
         );
         // Its events are cut here, never relayed.
         request.relay = None;
+        // A fallback may take the prompt when its model reads the same template.
+        request.template_peers = self
+            .config
+            .fallback_models
+            .iter()
+            .filter(|m| fill::Template::of_model(m) == Some(template))
+            .cloned()
+            .collect();
         request.input = Input::Prompt {
             prompt: text,
             suffix: None,

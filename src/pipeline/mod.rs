@@ -247,6 +247,9 @@ pub struct PipelineConfig {
     /// room (characters) and the search's deadline.
     pub completion_model: String,
     pub completion_template: String,
+    /// The fallback upstreams' models (`llm.fallbacks`): those of the completion model's
+    /// family may take its fill-in-the-middle prompt.
+    pub fallback_models: Vec<String>,
     pub completion_context_chars: usize,
     pub completion_deadline: Duration,
     pub answer_reserve_tokens: u32,

@@ -693,3 +693,75 @@ async fn passthrough_models_go_to_the_primary_only_with_retries() {
     assert_eq!(primary.requests().len(), 3);
     assert!(backup.requests().is_empty(), "a fallback may not serve it");
 }
+
+/// A fill-in-the-middle prompt is written in the completion model's template (Qwen's
+/// here): it falls back only to a model that reads the same template. A fallback of
+/// another family would take `<|fim_prefix|>` for text; it is skipped, and with no other
+/// the completion fails as the primary did. Questions still fall back to any model.
+#[tokio::test]
+async fn a_completion_falls_back_only_to_a_model_of_its_templates_family() {
+    for provider in PROVIDERS {
+        let llama = ScriptedUpstream::start().await;
+        let qwen = ScriptedUpstream::start().await;
+        let serving = |up: &ScriptedUpstream, model: &str| {
+            up.serve_model(model);
+            FallbackSettings {
+                provider,
+                base_url: base_url(up, provider),
+                model: model.into(),
+                api_key: None,
+            }
+        };
+        let other_family = serving(&llama, "codellama:7b-code");
+        let same_family = serving(&qwen, "qwen2.5-coder-7b-instruct");
+        let dead = closed_port();
+        let start = |fallbacks: Vec<FallbackSettings>| {
+            let dead = dead.clone();
+            Gateway::start(&llama, provider, move |s| {
+                quick(s);
+                s.llm.base_url = dead;
+                s.llm.model = "qwen2.5-coder:7b".into();
+                s.llm.fallbacks = fallbacks;
+            })
+        };
+        let complete = json!({"model": "brunix", "prompt": "def double(a):\n",
+            "suffix": "    return total\n", "max_tokens": 16});
+
+        let gw = start(vec![other_family.clone(), same_family]).await;
+        qwen.push(Reply::tokens(&["    total = a * 2\n"]));
+        let (status, _, text) = post(&gw.url("/v1/completions"), complete.clone()).await;
+        assert_eq!(status, 200, "{provider:?}: {text}");
+        let answer: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(answer["choices"][0]["text"], "    total = a * 2\n");
+        assert!(
+            llama.requests().is_empty(),
+            "{provider:?}: another family's model was asked"
+        );
+        let sent = qwen.last_request().body;
+        assert_eq!(sent["model"], "qwen2.5-coder-7b-instruct");
+        assert!(
+            sent["prompt"]
+                .as_str()
+                .unwrap()
+                .starts_with("<|fim_prefix|>def double(a):\n"),
+            "{sent}"
+        );
+
+        let gw = start(vec![other_family]).await;
+        let (status, _, text) = post(&gw.url("/v1/completions"), complete).await;
+        assert_eq!(status, 502, "{provider:?}: {text}");
+        assert!(
+            llama.requests().is_empty(),
+            "{provider:?}: another family's model was asked"
+        );
+        assert_eq!(
+            ask(&gw, "/v1/chat/completions", false).await.ok(),
+            "Hello from upstream"
+        );
+        assert_eq!(
+            llama.requests().len(),
+            1,
+            "a question falls back to any model"
+        );
+    }
+}

@@ -224,6 +224,7 @@ impl Judge {
             tool_choice: None,
             whole: false,
             relay: None,
+            template_peers: Vec::new(),
         };
         let timed_out = || {
             format!(

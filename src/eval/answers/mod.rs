@@ -299,6 +299,7 @@ impl Evaluator<'_> {
                 tool_choice: None,
                 whole: false,
                 relay: None,
+                template_peers: Vec::new(),
             },
             session_id: None,
             editor,

@@ -149,6 +149,7 @@ pub fn messages(body: &[u8]) -> Result<Parsed<Stream>, GatewayError> {
         tool_choice,
         whole: false,
         relay: None,
+        template_peers: Vec::new(),
     };
     let context = Context {
         session_id: None,

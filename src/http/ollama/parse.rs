@@ -180,6 +180,7 @@ impl Request {
             tool_choice: None,
             whole: false,
             relay: None,
+            template_peers: Vec::new(),
         };
         let context = Context {
             session_id: self.session_id,

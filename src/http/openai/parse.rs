@@ -283,6 +283,7 @@ impl Request {
             tool_choice,
             whole: false,
             relay: None,
+            template_peers: Vec::new(),
         };
         let context = Context {
             session_id: self.session_id,

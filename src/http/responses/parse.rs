@@ -185,6 +185,7 @@ pub fn responses(body: &[u8]) -> Result<Parsed<Stream>, GatewayError> {
         tool_choice: upstream_choice,
         whole: false,
         relay: None,
+        template_peers: Vec::new(),
     };
     let context = Context {
         session_id: req.session_id,

@@ -346,6 +346,7 @@ fn request_body_follows_the_openai_shape() {
         tool_choice: Some(json!("auto")),
         whole: false,
         relay: None,
+        template_peers: Vec::new(),
     };
     let (path, body) = request_body(&req);
     let body: Value = serde_json::from_slice(&body).unwrap();
@@ -477,6 +478,7 @@ fn the_written_body_is_the_json_tree_of_every_kind_of_request() {
         tool_choice: Some(json!({"type": "function", "function": {"name": "f"}})),
         whole: false,
         relay: None,
+        template_peers: Vec::new(),
     };
     let mut whole = chat.clone();
     whole.whole = true;
@@ -496,6 +498,7 @@ fn the_written_body_is_the_json_tree_of_every_kind_of_request() {
         tool_choice: None,
         whole: true,
         relay: None,
+        template_peers: Vec::new(),
     };
     for req in [
         chat,
