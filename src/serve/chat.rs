@@ -236,15 +236,47 @@ struct WatchedSlot<T> {
     held: Option<T>,
     /// Whether a batch waits for a round of the scheduler.
     hold: HoldBack,
+    /// Whether the rendering woke since it last waited.
+    woke: Arc<Woke>,
+    /// The waker the rendering is polled with (`woke`'s).
+    waker: std::task::Waker,
+}
+
+/// The waker a rendering is polled with: it notes that the rendering woke (it may have a
+/// piece now) and wakes the task. A poll the rendering did not ask for (the end of a
+/// round, a second poll from the server) then does not walk down its layers (the
+/// pipeline's events, the upstream's stream, its body) only to find them waiting. A
+/// relayed stream's rendering was polled three times an event, now twice.
+struct Woke {
+    /// Set when the rendering woke, or gave a piece (it may have more), and at the start.
+    woke: AtomicBool,
+    task: futures::task::AtomicWaker,
+}
+
+impl std::task::Wake for Woke {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woke.store(true, Ordering::Release);
+        self.task.wake();
+    }
 }
 
 impl<T: Piece> Watched<T> {
     fn new(rendering: Rendering<T>, write_timeout: Duration, too_slow: Arc<AtomicBool>) -> Self {
+        let woke = Arc::new(Woke {
+            woke: AtomicBool::new(true),
+            task: futures::task::AtomicWaker::new(),
+        });
         let slot = Arc::new(std::sync::Mutex::new(WatchedSlot {
             rendering: Some(rendering),
             handed: None,
             held: None,
             hold: HoldBack::default(),
+            waker: std::task::Waker::from(woke.clone()),
+            woke,
         }));
         let watched = Arc::downgrade(&slot);
         tokio::spawn(async move {
@@ -292,6 +324,7 @@ impl<T: Piece> futures::Stream for Watched<T> {
         let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         let slot = &mut *slot;
         slot.handed = None;
+        slot.woke.task.register(cx.waker());
         let mut batch = slot.held.take();
         // Whether this poll took a piece from the rendering, and whether the batch is full.
         let mut grew = false;
@@ -301,8 +334,17 @@ impl<T: Piece> futures::Stream for Watched<T> {
             if batch.is_some() && !T::JOINS {
                 break;
             }
-            match rendering.as_mut().poll_next(cx) {
+            // A rendering that waits and did not wake has nothing yet.
+            if !slot.woke.woke.swap(false, Ordering::AcqRel) {
+                break;
+            }
+            let polled = rendering
+                .as_mut()
+                .poll_next(&mut std::task::Context::from_waker(&slot.waker));
+            match polled {
                 Poll::Ready(Some(piece)) => {
+                    // Not waiting: it may have more.
+                    slot.woke.woke.store(true, Ordering::Release);
                     grew = true;
                     match batch.as_mut() {
                         None => batch = Some(piece),
@@ -645,6 +687,46 @@ mod tests {
         let got = tokio::spawn(handed(rendering)).await.unwrap();
         let want: String = (0..20).map(|i| format!("data: {i}\n\n")).collect();
         assert_eq!(got, [Bytes::from(want)]);
+    }
+
+    /// A rendering is polled only when it woke (or gave a piece): a poll at the end of a
+    /// round, or a second poll from the server, does not walk down to find it waiting.
+    #[tokio::test]
+    async fn a_rendering_is_polled_again_only_when_it_woke() {
+        use std::task::Poll;
+        type State = (usize, Vec<Bytes>, Option<std::task::Waker>);
+        let state = Arc::new(std::sync::Mutex::new(State::default()));
+        let shared = state.clone();
+        let rendering: Rendering<Bytes> = Box::pin(futures::stream::poll_fn(move |cx| {
+            let mut s = shared.lock().unwrap();
+            s.0 += 1;
+            match s.1.pop() {
+                Some(piece) => Poll::Ready(Some(piece)),
+                None => {
+                    s.2 = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+            }
+        }));
+        let mut watched = Watched::new(rendering, Duration::from_secs(5), Arc::default());
+        let polls = || state.lock().unwrap().0;
+        assert!(futures::poll!(watched.next()).is_pending());
+        assert_eq!(polls(), 1);
+        assert!(futures::poll!(watched.next()).is_pending());
+        assert_eq!(polls(), 1, "it did not wake: not polled");
+        let waker = {
+            let mut s = state.lock().unwrap();
+            s.1.push(Bytes::from_static(b"data: 1\n\n"));
+            s.2.take().unwrap()
+        };
+        waker.wake();
+        // Woken: the piece, then waiting again; the piece is held for a round.
+        assert!(futures::poll!(watched.next()).is_pending());
+        assert_eq!(polls(), 3);
+        tokio::task::yield_now().await;
+        let got = futures::poll!(watched.next());
+        assert_eq!(got, Poll::Ready(Some(Bytes::from_static(b"data: 1\n\n"))));
+        assert_eq!(polls(), 3, "the round passed with nothing new: not polled");
     }
 
     #[tokio::test]
