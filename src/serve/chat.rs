@@ -15,7 +15,7 @@ use opentelemetry::KeyValue;
 
 use super::access::{Caller, KeyId, StreamGate, StreamSlot};
 use super::bounds::check_limits;
-use super::round::HoldBack;
+use super::round::{HoldBack, Noted};
 use super::AppState;
 use crate::context::UsedItem;
 use crate::error::GatewayError;
@@ -236,40 +236,19 @@ struct WatchedSlot<T> {
     held: Option<T>,
     /// Whether a batch waits for a round of the scheduler.
     hold: HoldBack,
-    /// Whether the rendering woke since it last waited.
-    woke: Arc<Woke>,
-    /// The waker the rendering is polled with (`woke`'s).
+    /// The waker the rendering is polled with ([`Noted`]): whether the rendering woke
+    /// since it last waited, or gave a piece (it may have more), or has not been polled.
+    /// A poll the rendering did not ask for (the end of a round, a second poll from the
+    /// server) then does not walk down its layers (the pipeline's events, the upstream's
+    /// stream, its body) only to find them waiting. A relayed stream's rendering was
+    /// polled three times an event, now twice.
+    woke: Arc<Noted>,
     waker: std::task::Waker,
-}
-
-/// The waker a rendering is polled with: it notes that the rendering woke (it may have a
-/// piece now) and wakes the task. A poll the rendering did not ask for (the end of a
-/// round, a second poll from the server) then does not walk down its layers (the
-/// pipeline's events, the upstream's stream, its body) only to find them waiting. A
-/// relayed stream's rendering was polled three times an event, now twice.
-struct Woke {
-    /// Set when the rendering woke, or gave a piece (it may have more), and at the start.
-    woke: AtomicBool,
-    task: futures::task::AtomicWaker,
-}
-
-impl std::task::Wake for Woke {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.woke.store(true, Ordering::Release);
-        self.task.wake();
-    }
 }
 
 impl<T: Piece> Watched<T> {
     fn new(rendering: Rendering<T>, write_timeout: Duration, too_slow: Arc<AtomicBool>) -> Self {
-        let woke = Arc::new(Woke {
-            woke: AtomicBool::new(true),
-            task: futures::task::AtomicWaker::new(),
-        });
+        let woke = Noted::new(true);
         let slot = Arc::new(std::sync::Mutex::new(WatchedSlot {
             rendering: Some(rendering),
             handed: None,
@@ -324,7 +303,7 @@ impl<T: Piece> futures::Stream for Watched<T> {
         let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         let slot = &mut *slot;
         slot.handed = None;
-        slot.woke.task.register(cx.waker());
+        slot.woke.register(cx.waker());
         let mut batch = slot.held.take();
         // Whether this poll took a piece from the rendering, and whether the batch is full.
         let mut grew = false;
@@ -335,7 +314,7 @@ impl<T: Piece> futures::Stream for Watched<T> {
                 break;
             }
             // A rendering that waits and did not wake has nothing yet.
-            if !slot.woke.woke.swap(false, Ordering::AcqRel) {
+            if !slot.woke.take() {
                 break;
             }
             let polled = rendering
@@ -344,7 +323,7 @@ impl<T: Piece> futures::Stream for Watched<T> {
             match polled {
                 Poll::Ready(Some(piece)) => {
                     // Not waiting: it may have more.
-                    slot.woke.woke.store(true, Ordering::Release);
+                    slot.woke.note();
                     grew = true;
                     match batch.as_mut() {
                         None => batch = Some(piece),

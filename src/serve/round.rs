@@ -5,7 +5,8 @@
 //! `tokio::task::yield_now` cannot be used for this inside a body: the server may poll
 //! the body again at once, in the same round, and a yield's second poll is ready
 //! whenever it comes. A [`Round`] knows whether the runtime has really woken it, and
-//! [`HoldBack`] is the rule a batching body follows with it.
+//! [`HoldBack`] is the rule a batching body follows with it. Both rest on [`Noted`], a
+//! waker that notes it was woken.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +18,7 @@ use std::sync::Arc;
 /// once) does not end the wait.
 #[derive(Default)]
 pub struct HoldBack {
-    round: Arc<Round>,
+    round: Round,
     /// A round was started for the batch held now.
     waiting: bool,
 }
@@ -46,33 +47,70 @@ impl HoldBack {
     }
 }
 
-/// One round of the scheduler: its waker is deferred by the runtime until the tasks
-/// already woken have run (tokio's `yield_now`), then marks the round passed and wakes
-/// the task that started it.
-#[derive(Default)]
-struct Round {
-    passed: AtomicBool,
+/// A waker that notes it was woken, then wakes the task last registered with it.
+pub(super) struct Noted {
+    woken: AtomicBool,
     task: futures::task::AtomicWaker,
 }
 
-impl std::task::Wake for Round {
+impl Noted {
+    /// A waker, noted as woken or not.
+    pub(super) fn new(woken: bool) -> Arc<Self> {
+        Arc::new(Self {
+            woken: AtomicBool::new(woken),
+            task: futures::task::AtomicWaker::new(),
+        })
+    }
+
+    /// The task woken with it.
+    pub(super) fn register(&self, waker: &std::task::Waker) {
+        self.task.register(waker);
+    }
+
+    /// Notes it as woken (without waking anything).
+    pub(super) fn note(&self) {
+        self.woken.store(true, Ordering::Release);
+    }
+
+    /// Whether it was woken since this was last asked; forgets it.
+    pub(super) fn take(&self) -> bool {
+        self.woken.swap(false, Ordering::AcqRel)
+    }
+
+    fn woken(&self) -> bool {
+        self.woken.load(Ordering::Acquire)
+    }
+}
+
+impl std::task::Wake for Noted {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.passed.store(true, Ordering::Release);
+        self.note();
         self.task.wake();
+    }
+}
+
+/// One round of the scheduler: its waker is deferred by the runtime until the tasks
+/// already woken have run (tokio's `yield_now`), then marks the round passed and wakes
+/// the task that started it.
+struct Round(Arc<Noted>);
+
+impl Default for Round {
+    fn default() -> Self {
+        Self(Noted::new(false))
     }
 }
 
 impl Round {
     /// Starts a round that ends after the tasks already woken have run; `cx`'s task is
     /// woken then.
-    fn start(self: &Arc<Self>, cx: &std::task::Context<'_>) {
-        self.passed.store(false, Ordering::Release);
-        self.task.register(cx.waker());
-        let waker = std::task::Waker::from(self.clone());
+    fn start(&self, cx: &std::task::Context<'_>) {
+        self.0.take();
+        self.0.register(cx.waker());
+        let waker = std::task::Waker::from(self.0.clone());
         // A yield's first poll hands its waker to the runtime's deferred list; the
         // future itself is not needed after that.
         let _ = std::pin::pin!(tokio::task::yield_now())
@@ -81,7 +119,7 @@ impl Round {
 
     /// Whether the round started last has passed.
     fn passed(&self) -> bool {
-        self.passed.load(Ordering::Acquire)
+        self.0.woken()
     }
 }
 
@@ -99,7 +137,7 @@ mod tests {
             let ran = ran.clone();
             async move { ran.store(true, Ordering::Release) }
         });
-        let round = Arc::new(Round::default());
+        let round = Round::default();
         let mut started = false;
         std::future::poll_fn(|cx| {
             if !started {

@@ -127,11 +127,16 @@ fn base_url(up: &ScriptedUpstream, provider: Provider) -> String {
 
 /// A fallback on `up`, which serves `FALLBACK_MODEL`.
 fn fallback(up: &ScriptedUpstream, provider: Provider) -> FallbackSettings {
-    up.serve_model(FALLBACK_MODEL);
+    serving(up, provider, FALLBACK_MODEL)
+}
+
+/// A fallback on `up`, which serves `model`.
+fn serving(up: &ScriptedUpstream, provider: Provider, model: &str) -> FallbackSettings {
+    up.serve_model(model);
     FallbackSettings {
         provider,
         base_url: base_url(up, provider),
-        model: FALLBACK_MODEL.into(),
+        model: model.into(),
         api_key: None,
     }
 }
@@ -703,17 +708,8 @@ async fn a_completion_falls_back_only_to_a_model_of_its_templates_family() {
     for provider in PROVIDERS {
         let llama = ScriptedUpstream::start().await;
         let qwen = ScriptedUpstream::start().await;
-        let serving = |up: &ScriptedUpstream, model: &str| {
-            up.serve_model(model);
-            FallbackSettings {
-                provider,
-                base_url: base_url(up, provider),
-                model: model.into(),
-                api_key: None,
-            }
-        };
-        let other_family = serving(&llama, "codellama:7b-code");
-        let same_family = serving(&qwen, "qwen2.5-coder-7b-instruct");
+        let other_family = serving(&llama, provider, "codellama:7b-code");
+        let same_family = serving(&qwen, provider, "qwen2.5-coder-7b-instruct");
         let dead = closed_port();
         let start = |fallbacks: Vec<FallbackSettings>| {
             let dead = dead.clone();
