@@ -158,11 +158,19 @@ impl EditorContext {
         const OPEN_FILE: &str = "this is the currently open file:";
         // ASCII lowercasing keeps byte offsets, so they stay valid in `message`.
         let lower = message.to_ascii_lowercase();
-        let open_file_at = lower.find(OPEN_FILE).map(|i| i + OPEN_FILE.len());
+        // Where the text after the open-file line starts, and where the message's text
+        // ends: found once, so each block is checked against them in constant time (a
+        // message of many blocks and much whitespace took minutes when each block
+        // scanned the whitespace again).
+        let open_file_at = lower.find(OPEN_FILE).map(|i| {
+            let at = i + OPEN_FILE.len();
+            (at, message.len() - message[at..].trim_start().len())
+        });
+        let text_end = message.trim_end().len();
         for block in fenced_blocks(message) {
             let header = parse_header(block.info);
-            let is_open_file = open_file_at
-                .is_some_and(|at| block.start >= at && message[at..block.start].trim().is_empty());
+            let is_open_file =
+                open_file_at.is_some_and(|(at, first)| block.start >= at && block.start <= first);
             if is_open_file && self.editor_content.is_empty() {
                 self.editor_content = block.body.to_string();
                 self.file_path = header.0.clone();
@@ -185,7 +193,7 @@ impl EditorContext {
             if let (Some(path), lines) = header {
                 // continue's problems: the lines around a problem, then its message on
                 // the very next line (a user's own question after a block is not one).
-                if let Some(problem) = problem_after(&message[block.end..]) {
+                if let Some(problem) = problem_after(message, block.end, text_end) {
                     self.diagnostics.push(Diagnostic {
                         file: Some(path.clone()),
                         line: lines.map(|(a, _)| a),
@@ -234,14 +242,18 @@ pub fn without_blocks(message: &str, drop: impl Fn(&str) -> bool) -> Option<(Str
     Some((out, dropped))
 }
 
-/// The message of a continue problems block: one line right after the block, then a
-/// blank line or the end, that does not ask anything.
-fn problem_after(rest: &str) -> Option<&str> {
+/// The message of a continue problems block: one line right after the block (which ends
+/// at `from`), then a blank line or the end, that does not ask anything. `text_end` is
+/// where `message` ends without its trailing whitespace.
+fn problem_after(message: &str, from: usize, text_end: usize) -> Option<&str> {
+    let rest = &message[from..];
     let rest = rest.strip_prefix('\n').unwrap_or(rest);
     let (line, after) = rest.split_once('\n').unwrap_or((rest, ""));
     let line = line.trim();
+    // Only whitespace after the line: it starts at or past the end of the text.
+    let after_at = message.len() - after.len();
     let ends_paragraph =
-        after.trim().is_empty() || after.starts_with('\n') || after.starts_with("\r\n");
+        after_at >= text_end || after.starts_with('\n') || after.starts_with("\r\n");
     let is_problem = !line.is_empty()
         && !line.starts_with("```")
         && !line.starts_with("~~~")

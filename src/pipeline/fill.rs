@@ -4,6 +4,8 @@
 //! should be: at the template's end tokens, where the model starts writing the suffix's
 //! next line again, and at the end of the line for a completion inside a line.
 
+use std::collections::HashSet;
+
 use crate::retrieval::hybrid::Scored;
 
 /// A model family's FIM format.
@@ -429,14 +431,13 @@ fn defanged(text: &str) -> String {
 pub fn query(prefix: &str, suffix: &str) -> String {
     let before: Vec<&str> = prefix.lines().rev().take(4).collect();
     let after = suffix.lines().next().unwrap_or_default();
-    let mut words: Vec<String> = Vec::new();
+    let mut words: Vec<&str> = Vec::new();
+    // Repeats found in a set (a scan of the words so far made a long line quadratic).
+    let mut seen: HashSet<&str> = HashSet::new();
     for text in before.iter().rev().copied().chain([after]) {
         for w in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
-            if w.len() >= 3
-                && !w.chars().all(|c| c.is_ascii_digit())
-                && !words.iter().any(|x| x == w)
-            {
-                words.push(w.to_string());
+            if w.len() >= 3 && !w.chars().all(|c| c.is_ascii_digit()) && seen.insert(w) {
+                words.push(w);
             }
         }
     }

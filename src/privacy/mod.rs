@@ -64,7 +64,7 @@ impl Privacy {
         let secrets = redact.then(|| Secrets::load(extra_rules)).transpose()?;
         Ok(Self {
             secrets,
-            exclude: globs(exclude).context("privacy.exclude")?,
+            exclude: glob_set(exclude, true).context("privacy.exclude")?,
         })
     }
 
@@ -141,25 +141,28 @@ impl Privacy {
 
     /// Whether context from `path` must never be used (`privacy.exclude`): a relative
     /// path, an absolute one or a `file://` URI (percent-encoded, `\`-separated) whose
-    /// path, or any tail of it after a `/`, matches.
+    /// path, or any tail of it after a `/`, matches (the set holds each pattern also
+    /// after `**/`, so one match covers every tail).
     pub fn excluded(&self, path: &str) -> bool {
         if self.exclude.is_empty() {
             return false;
         }
         let path = path.strip_prefix("file://").unwrap_or(path);
         let path = percent_decoded(path).replace('\\', "/");
-        let path = path.trim_start_matches("./");
-        if self.exclude.is_match(path) {
-            return true;
-        }
-        path.match_indices('/')
-            .any(|(i, _)| self.exclude.is_match(&path[i + 1..]))
+        self.exclude.is_match(path.trim_start_matches("./"))
     }
 }
 
 /// A glob set, ignoring case; a pattern without a `/` matches at any depth (as in
 /// `.gitignore`).
 pub fn globs(patterns: &[String]) -> anyhow::Result<GlobSet> {
+    glob_set(patterns, false)
+}
+
+/// `globs`, with every pattern matching at any depth when `anywhere`: a path matches
+/// when it, or any tail of it after a `/`, matches a pattern (`**/` before a pattern
+/// matches any leading directories, or none).
+fn glob_set(patterns: &[String], anywhere: bool) -> anyhow::Result<GlobSet> {
     let mut builder = GlobSetBuilder::new();
     let glob = |p: &str| {
         globset::GlobBuilder::new(p)
@@ -168,9 +171,10 @@ pub fn globs(patterns: &[String]) -> anyhow::Result<GlobSet> {
             .with_context(|| format!("glob {p:?}"))
     };
     for p in patterns.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
-        builder.add(glob(p.trim_start_matches('/'))?);
-        if !p.contains('/') {
-            builder.add(glob(&format!("**/{p}"))?);
+        let anchored = p.trim_start_matches('/');
+        builder.add(glob(anchored)?);
+        if !p.contains('/') || anywhere && !anchored.starts_with("**/") {
+            builder.add(glob(&format!("**/{anchored}"))?);
         }
     }
     Ok(builder.build()?)
@@ -221,5 +225,50 @@ mod tests {
         let off = Privacy::new(false, None, &[]).unwrap();
         let mut text = "DB_PASSWORD=hunter2!x".to_string();
         assert!(off.clean(&mut text).is_empty());
+    }
+
+    /// A path of thousands of `/` was matched once for every tail (its length squared:
+    /// hours for one request's context item); it is matched once.
+    #[test]
+    fn a_path_of_many_slashes_is_matched_once() {
+        let p = Privacy::new(false, None, &["secrets/**".into(), "*.pem".into()]).unwrap();
+        let deep = format!("{}x.txt", "/".repeat(300_000));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send((p.excluded(&deep), p.excluded(&format!("{deep}/secrets/a"))));
+        });
+        let answered = rx.recv_timeout(std::time::Duration::from_secs(20));
+        assert_eq!(answered, Ok((false, true)));
+    }
+
+    proptest::proptest! {
+        /// One match against the patterns also taken after `**/` says what matching the
+        /// path and each of its tails after a `/` said.
+        #[test]
+        fn one_match_is_the_match_of_every_tail(
+            patterns in proptest::collection::vec(
+                proptest::collection::vec(
+                    proptest::sample::select(vec!["a", "b", "*", "**", "?", "a*", "*.b"]),
+                    1..4,
+                ),
+                1..3,
+            ),
+            lead in proptest::sample::select(vec!["", "/", "./"]),
+            path in proptest::collection::vec(
+                proptest::sample::select(vec!["a", "b", "ab", "x.b", "A"]),
+                1..6,
+            ),
+        ) {
+            let patterns: Vec<String> = patterns.iter().map(|p| p.join("/")).collect();
+            let path = format!("{lead}{}", path.join("/"));
+            let each_tail = {
+                let set = globs(&patterns).unwrap();
+                let path = path.trim_start_matches("./");
+                set.is_match(path)
+                    || path.match_indices('/').any(|(i, _)| set.is_match(&path[i + 1..]))
+            };
+            let privacy = Privacy::new(false, None, &patterns).unwrap();
+            proptest::prop_assert_eq!(privacy.excluded(&path), each_tail, "{:?} {}", patterns, path);
+        }
     }
 }

@@ -174,6 +174,87 @@ async fn a_huge_question_is_answered_in_bounded_time() {
     assert_eq!(status, 200);
 }
 
+/// Texts shaped to make the turn's reading quadratic each took minutes of CPU, under the
+/// limits (one message of at most 1M characters, an 8 MiB body): a message of many fenced
+/// blocks before much whitespace (read as editor context, before any limit is checked),
+/// of many pronouns after a noun, of many quoted pieces beside a large open file, and a
+/// completion of many distinct words around the cursor. Each is answered in the client's
+/// time (its 20 s), with no server error.
+///
+/// On a worker pool: the gateway runs in this test's runtime, and a handler that does not
+/// yield would keep the client's timeout from firing on one thread. A regression would
+/// still keep the runtime from shutting down, so a watchdog ends the test run after two
+/// minutes, saying why, rather than let it hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn texts_shaped_to_be_slow_are_read_in_bounded_time() {
+    use base64::Engine;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watched = done.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(120));
+        if !watched.load(std::sync::atomic::Ordering::SeqCst) {
+            eprintln!("texts_shaped_to_be_slow_are_read_in_bounded_time: no answer in 120 s");
+            std::process::exit(101);
+        }
+    });
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::with_knowledge(&up, Provider::Ollama, |s| {
+        s.completion.template = "qwen".into();
+    })
+    .await;
+    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    let blocks = format!(
+        "{}{}",
+        "```x p\n```\n".repeat(250_000),
+        " ".repeat(3_500_000)
+    );
+    let open_file = format!(
+        "This is the currently open file:{}{}",
+        " ".repeat(3_000_000),
+        "```x p\n```\n".repeat(250_000)
+    );
+    let pronouns = format!("giraffe{}", " it".repeat(330_000));
+    let quotes = "`zq7` ".repeat(160_000);
+    let large_file = json!({"editor_content": b64(&"a".repeat(5_000_000))}).to_string();
+    let chats = [
+        json!({"model": "brunix", "messages": [{"role": "user", "content": blocks}]}),
+        json!({"model": "brunix", "messages": [{"role": "user", "content": open_file}]}),
+        json!({"model": "brunix", "messages": [{"role": "user", "content": pronouns}],
+            "user": json!({"editor_content": b64("x = 1")}).to_string()}),
+        json!({"model": "brunix", "messages": [{"role": "user", "content": quotes}],
+            "user": large_file}),
+    ];
+    for (n, body) in chats.into_iter().enumerate() {
+        let (status, _, text) = post(&gw.url("/v1/chat/completions"), body).await;
+        assert!(
+            status < 500,
+            "chat {n}: {status} {}",
+            &text[..text.len().min(300)]
+        );
+    }
+    let words = |from: usize, n: usize| {
+        (from..from + n)
+            .map(|i| format!("w{i:x}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let (status, _, text) = post(
+        &gw.url("/v1/completions"),
+        json!({"model": "brunix", "max_tokens": 8,
+            "prompt": format!("{}\n{}\n    ", words(0, 70_000), words(70_000, 70_000)),
+            "suffix": format!("{}\n", words(140_000, 130_000))}),
+    )
+    .await;
+    assert!(
+        status < 500,
+        "completion: {status} {}",
+        &text[..text.len().min(300)]
+    );
+    let (status, _) = get_json(&gw.url("/health")).await;
+    assert_eq!(status, 200);
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// A page of another site, even sending text/plain (no CORS preflight), was answered by a
 /// gateway without keys; and so was a request naming another host (DNS rebinding).
 #[tokio::test]

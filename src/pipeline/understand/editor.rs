@@ -433,6 +433,10 @@ pub(super) fn points_at_code(
     text: &str,
 ) -> Option<&'static str> {
     let mut by_kind = false;
+    // Found once for the whole message (checked for every pronoun, they made a message of
+    // many pronouns quadratic).
+    let first_thing = folded.iter().position(|f| names_a_thing(f));
+    let names_code = folded.iter().any(|f| CODE_NOUNS.contains(&f.as_str()));
     for (i, w) in words.iter().enumerate() {
         let next = folded.get(i + 1).map(String::as_str);
         match w.as_str() {
@@ -470,9 +474,7 @@ pub(super) fn points_at_code(
             // So does one after the code named by its kind ("write a function that parses
             // the json and returns it"); "here", "this" still point.
             "it" | "its" | "it's" | "they" | "them" | "their" | "lo" | "la" | "le"
-                if by_kind
-                    || folded[..i].iter().any(|f| names_a_thing(f))
-                        && !folded.iter().any(|f| CODE_NOUNS.contains(&f.as_str())) => {}
+                if by_kind || first_thing.is_some_and(|t| t < i) && !names_code => {}
             w if POINTERS.contains(&w) => return Some("pointer"),
             _ => {}
         }
