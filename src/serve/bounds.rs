@@ -119,6 +119,19 @@ pub fn check_limits(server: &ServerSettings, turn: &ChatTurn) -> Result<(), Gate
             }
             Ok(())
         }
-        Input::Prompt { prompt, .. } => check_length(server, "prompt", prompt.chars().count()),
+        Input::Prompt {
+            prompt,
+            suffix,
+            system,
+            ..
+        } => {
+            check_length(server, "prompt", prompt.chars().count())?;
+            for (field, text) in [("suffix", suffix), ("system", system)] {
+                if let Some(text) = text {
+                    check_length(server, field, text.chars().count())?;
+                }
+            }
+            Ok(())
+        }
     }
 }

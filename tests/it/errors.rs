@@ -619,5 +619,29 @@ async fn too_many_or_too_long_messages_are_400_naming_the_field() {
     )
     .await;
     assert_eq!(status, 400, "{text}");
+    // A completion's suffix and a generate's system text are held to the same length.
+    for (path, body, field) in [
+        (
+            "/v1/completions",
+            json!({"model": "brunix", "prompt": "def f(", "suffix": "z".repeat(101)}),
+            "suffix",
+        ),
+        (
+            "/api/generate",
+            json!({"model": "brunix", "stream": false, "prompt": "def f(",
+                "suffix": "z".repeat(101)}),
+            "suffix",
+        ),
+        (
+            "/api/generate",
+            json!({"model": "brunix", "stream": false, "prompt": "hi",
+                "system": "s".repeat(101)}),
+            "system",
+        ),
+    ] {
+        let (status, _, text) = post(&gw.url(path), body).await;
+        assert_eq!(status, 400, "{path}: {text}");
+        assert!(text.contains(field), "{path}: {text}");
+    }
     assert!(up.requests().is_empty(), "nothing reached the upstream");
 }
