@@ -54,6 +54,19 @@ pub struct Message {
 }
 
 impl Message {
+    /// The text its tool calls add to a prompt: each call's name and arguments, a line
+    /// each (empty, and not allocated, when it made none).
+    pub fn calls_text(&self) -> String {
+        let mut text = String::new();
+        for call in &self.tool_calls {
+            text.push_str(&call.name);
+            text.push(' ');
+            text.push_str(&call.arguments_text());
+            text.push('\n');
+        }
+        text
+    }
+
     pub fn text(role: Role, content: impl Into<String>) -> Self {
         Self {
             role,

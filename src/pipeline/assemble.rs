@@ -66,10 +66,16 @@ pub fn template_tokens(n: usize) -> usize {
     n * MESSAGE_OVERHEAD + PROMPT_OVERHEAD
 }
 
-fn message_tokens(messages: &[Message], estimate: &Estimator) -> usize {
+/// A message's tokens in the prompt: its text, its tool calls (each framed like a message
+/// of its own) and the template's markers.
+pub(crate) fn message_tokens(messages: &[Message], estimate: &Estimator) -> usize {
     messages
         .iter()
-        .map(|m| estimate.tokens(&m.content) + MESSAGE_OVERHEAD)
+        .map(|m| {
+            estimate.tokens(&m.content)
+                + estimate.tokens(&m.calls_text())
+                + (1 + m.tool_calls.len()) * MESSAGE_OVERHEAD
+        })
         .sum()
 }
 

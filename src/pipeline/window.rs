@@ -20,6 +20,23 @@ use crate::trace;
 /// room is too long for certain.
 pub(super) const ESTIMATE_OVERCOUNT: f64 = 1.5;
 
+/// The refusal of a prompt whose client messages alone are over the window by the
+/// estimate (`estimated` tokens).
+fn over_the_window(window: usize, answer: usize, estimated: usize) -> GatewayError {
+    tracing::warn!(
+        stage = "assemble",
+        window,
+        answer_tokens = answer,
+        estimated_tokens = estimated,
+        "the client's messages alone do not fit the window (estimated)"
+    );
+    GatewayError::context_length_exceeded(format!(
+        "this model's window is {window} tokens: the prompt (the messages and the \
+         assistant's instructions) takes about {estimated} by the gateway's estimate and the \
+         answer {answer} more; shorten the messages or ask for fewer tokens"
+    ))
+}
+
 impl Pipeline {
     /// Assemble: the messages the upstream model gets, within its window, measured with
     /// the upstream's tokenizer when it has one (the estimate scaled by what it counted,
@@ -55,6 +72,13 @@ impl Pipeline {
         let window = request.window_tokens;
         let answer = request.answer_tokens;
         let limit = window.saturating_sub(answer);
+        // The client's own messages over the window for certain (by more than the estimate
+        // can overcount): refused before anything is assembled or sent to be counted (a
+        // message of 90,000 tool calls was megabytes for the upstream's tokenizer).
+        let own = assemble::message_tokens(&request.messages, &Estimator::default());
+        if own as f64 > limit as f64 * ESTIMATE_OVERCOUNT {
+            return Err(over_the_window(window, answer, own));
+        }
         let mut estimate = request.estimate;
         let mut counted = None;
         let mut rounds = 0;
@@ -86,20 +110,7 @@ impl Pipeline {
                     // would be cut by the upstream (Ollama drops the start of a prompt
                     // longer than num_ctx) or refused. Nearer the window, the upstream's
                     // own refusal decides (and a shorter prompt is tried once).
-                    tracing::warn!(
-                        stage = "assemble",
-                        window,
-                        answer_tokens = answer,
-                        estimated_tokens = assembled.estimated_tokens,
-                        "the client's messages alone do not fit the window (estimated)"
-                    );
-                    return Err(GatewayError::context_length_exceeded(format!(
-                        "this model's window is {window} tokens: the prompt (the messages and \
-                         the assistant's instructions) takes about {} by the gateway's \
-                         estimate and the answer {answer} more; shorten the messages or ask \
-                         for fewer tokens",
-                        assembled.estimated_tokens
-                    )));
+                    return Err(over_the_window(window, answer, assembled.estimated_tokens));
                 }
                 break assembled;
             };
@@ -190,6 +201,7 @@ impl Pipeline {
         for m in messages {
             text.push_str(&m.content);
             text.push('\n');
+            text.push_str(&m.calls_text());
         }
         text.push_str(tools);
         let n = counter.count(&text).await?;
@@ -209,8 +221,9 @@ impl Pipeline {
             return n as u64;
         }
         let estimate = self.estimator();
-        let text: usize = messages.iter().map(|m| estimate.tokens(&m.content)).sum();
-        (text + estimate.tokens(&tools) + assemble::template_tokens(messages.len())) as u64
+        (assemble::message_tokens(messages, &estimate)
+            + estimate.tokens(&tools)
+            + assemble::template_tokens(0)) as u64
     }
 
     /// Estimates scaled to the upstream's tokenizer, as far as it was seen.
@@ -297,7 +310,10 @@ pub(super) fn num_ctx(card: &ModelCard) -> Option<usize> {
 pub(super) fn estimate_tokens(input: &Input) -> u64 {
     use crate::context::budget::estimate_tokens as tokens;
     let n: usize = match input {
-        Input::Chat(messages) => messages.iter().map(|m| tokens(&m.content)).sum(),
+        Input::Chat(messages) => messages
+            .iter()
+            .map(|m| tokens(&m.content) + tokens(&m.calls_text()))
+            .sum(),
         Input::Prompt { prompt, system, .. } => {
             tokens(prompt) + system.as_deref().map_or(0, tokens)
         }

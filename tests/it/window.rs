@@ -197,6 +197,36 @@ async fn messages_that_alone_overflow_the_window_are_refused_in_each_dialects_sh
     }
 }
 
+/// The calls a conversation replays count in the window: 20,000 small calls, together far
+/// over it, had gone upstream whole (only the messages' text was counted), and one such
+/// request held a one-model server for minutes. Refused before anything is sent, to the
+/// tokenizer too.
+#[tokio::test]
+async fn tool_calls_count_in_the_window() {
+    let up = ScriptedUpstream::start().await;
+    up.limit_window(dense(true, Overflow::Status, 2.0));
+    let gw = Gateway::with_knowledge(&up, Provider::Openai, small_window).await;
+    let calls: Vec<Value> = (0..20_000)
+        .map(|i| {
+            json!({"id": format!("c{i}"), "type": "function",
+                "function": {"name": "f", "arguments": "{}"}})
+        })
+        .collect();
+    let body = json!({"model": "brunix", "stream": false, "messages": [
+        {"role": "user", "content": "run them all"},
+        {"role": "assistant", "content": "", "tool_calls": calls},
+        {"role": "user", "content": "and now?"}]});
+    let (status, _, text) = post(&gw.url("/v1/chat/completions"), body).await;
+    assert_eq!(status, 400, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{text}");
+    assert!(chat_requests(&up).is_empty(), "nothing was sent upstream");
+    for r in up.requests() {
+        let size = r.body.to_string().len();
+        assert!(size < 100_000, "{} got {size} bytes", r.path);
+    }
+}
+
 /// A client's tools that alone overflow the window (Open WebUI offers its built-in tools,
 /// thousands of tokens, to every model) are left out and the question is answered; tools
 /// that fit are sent.
