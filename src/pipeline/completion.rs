@@ -184,9 +184,7 @@ impl Pipeline {
         if let Some(system) = system.as_mut() {
             cleaned.add(self.privacy.clean(system));
         }
-        if !cleaned.is_empty() {
-            cleaned.count("completion");
-        }
+        cleaned.report("completion", "the upstream");
         let prefix = prompt.clone();
         if repository {
             request.model = self.config.completion_model.clone();

@@ -358,10 +358,7 @@ impl Pipeline {
                 if self.own_fill(&turn.request).is_some() {
                     return Box::pin(self.run_fill(turn, owner, clock, false)).await;
                 }
-                self.protect_input(&mut turn.request.input);
-                for tool in &mut turn.request.tools {
-                    self.privacy.clean_json(tool).count("passthrough");
-                }
+                self.protect_request(&mut turn.request);
                 let prompt_estimate = estimate_tokens(&turn.request.input);
                 let span = self.chat_span("chat", &turn.request);
                 let asked = Instant::now();
@@ -405,6 +402,9 @@ impl Pipeline {
         let mut messages =
             client_messages(std::mem::replace(&mut request.input, Input::Chat(vec![])));
         let mut cleaned = self.protect(&mut editor, &mut messages);
+        for tool in &mut request.tools {
+            cleaned.add(self.privacy.clean_json(tool));
+        }
         let query = messages
             .iter()
             .rev()
@@ -419,14 +419,7 @@ impl Pipeline {
         for m in &mut history {
             cleaned.add(self.privacy.clean(&mut m.content));
         }
-        if !cleaned.is_empty() {
-            tracing::info!(
-                secrets = ?cleaned.secrets,
-                invisible = cleaned.invisible,
-                "redacted before the prompt"
-            );
-            cleaned.count("prompt");
-        }
+        cleaned.report("prompt", "the prompt");
         let conversation: Vec<Message> = history
             .iter()
             .chain(messages.iter().take(messages.len().saturating_sub(1)))

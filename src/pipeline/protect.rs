@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::Pipeline;
 use crate::context::EditorContext;
-use crate::llm::{Input, Message};
+use crate::llm::{Input, Message, UpstreamRequest};
 use crate::privacy::Cleaned;
 use crate::retrieval::hybrid::Scored;
 use crate::retrieval::KnowledgeChunk;
@@ -116,10 +116,13 @@ impl Pipeline {
         }
     }
 
-    /// A passthrough request's texts, cleaned.
-    pub(super) fn protect_input(&self, input: &mut Input) {
+    /// A passthrough request's texts and tools, cleaned.
+    pub(super) fn protect_request(&self, request: &mut UpstreamRequest) {
         let mut cleaned = Cleaned::default();
-        match input {
+        for tool in &mut request.tools {
+            cleaned.add(self.privacy.clean_json(tool));
+        }
+        match &mut request.input {
             Input::Chat(messages) => {
                 for m in messages {
                     cleaned.add(self.privacy.clean(&mut m.content));
@@ -140,13 +143,6 @@ impl Pipeline {
                 }
             }
         }
-        if !cleaned.is_empty() {
-            tracing::info!(
-                secrets = ?cleaned.secrets,
-                invisible = cleaned.invisible,
-                "redacted before the upstream"
-            );
-            cleaned.count("passthrough");
-        }
+        cleaned.report("passthrough", "the upstream");
     }
 }

@@ -44,6 +44,20 @@ impl Cleaned {
     pub fn count(&self, place: &'static str) {
         crate::telemetry::secrets_redacted(place, &self.secrets, self.invisible);
     }
+
+    /// When anything was found: logs it (the kinds and counts, never the text) as
+    /// redacted before `what` (`the prompt`, `the upstream`) and counts it at `place`.
+    pub fn report(&self, place: &'static str, what: &'static str) {
+        if self.is_empty() {
+            return;
+        }
+        tracing::info!(
+            secrets = ?self.secrets,
+            invisible = self.invisible,
+            "redacted before {what}"
+        );
+        self.count(place);
+    }
 }
 
 /// The privacy rules of one gateway.

@@ -232,15 +232,20 @@ async fn a_planted_set_never_reaches_the_upstream_the_sessions_or_the_sources() 
 }
 
 /// Tool calls a client replays (Claude Code's, Codex's, an SDK's) carry file contents in
-/// their arguments: cleaned like any text, for the assistant and passthrough models.
+/// their arguments, and the tools it offers may carry a token in a description or an
+/// example: cleaned like any text, for the assistant and passthrough models (the
+/// assistant's tools had gone to the upstream as the client sent them).
 #[tokio::test]
-async fn tool_call_arguments_are_redacted() {
+async fn tool_calls_and_tools_are_redacted() {
     let up = ScriptedUpstream::start().await;
     let gw = Gateway::start(&up, Provider::Ollama, |s| s.assistant.passthrough = true).await;
     let s = planted();
     let arguments = json!({"file_path": ".env", "content": line_with(s[0].0, &s[0].1)}).to_string();
+    let tool = json!({"type": "function", "function": {"name": "Deploy",
+        "description": format!("Deploys with {}", line_with(s[1].0, &s[1].1)),
+        "parameters": {"type": "object", "properties": {}}}});
     for model in ["brunix", UPSTREAM_MODEL] {
-        let body = json!({"model": model, "stream": false, "messages": [
+        let body = json!({"model": model, "stream": false, "tools": [tool], "messages": [
             {"role": "user", "content": "save my settings"},
             {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
                 "function": {"name": "Write", "arguments": arguments}}]},
@@ -251,6 +256,10 @@ async fn tool_call_arguments_are_redacted() {
         let sent = up.last_request().body.to_string();
         assert_clean(&format!("the upstream ({model})"), &sent);
         assert!(sent.contains("[REDACTED aws_secret_key]"), "{sent}");
+        assert!(
+            sent.contains("Deploys with token: [REDACTED github_token]"),
+            "{sent}"
+        );
     }
 }
 
