@@ -33,8 +33,15 @@ where
 
 /// Reads a body, within `server.max_body_bytes` and `server.body_read_timeout_secs`.
 pub async fn read(server: &ServerSettings, body: Body) -> Result<Bytes, GatewayError> {
-    let limit = server.max_body_bytes;
-    let wait = server.body_read_timeout;
+    read_within(server.max_body_bytes, server.body_read_timeout, body).await
+}
+
+/// Reads a body of at most `limit` bytes, arriving whole within `wait`.
+pub async fn read_within(
+    limit: usize,
+    wait: std::time::Duration,
+    body: Body,
+) -> Result<Bytes, GatewayError> {
     let read = axum::body::to_bytes(body, limit);
     tokio::time::timeout(wait, read)
         .await
@@ -48,6 +55,62 @@ pub async fn read(server: &ServerSettings, body: Body) -> Result<Bytes, GatewayE
                 GatewayError::invalid("body", format!("could not read the request body: {e}"))
             }
         })
+}
+
+/// Most JSON values a request body may hold (counted as the commas and the openings of
+/// arrays and objects outside strings). Each is 32 bytes or more once read, and some
+/// fields are read as JSON trees: a body of 8 MiB of `0,` (four million values) grew the
+/// gateway by 600 MB. Far above any real request: a long agent conversation with its
+/// tools' schemas holds tens of thousands.
+pub const MAX_JSON_VALUES: usize = 250_000;
+
+/// A body of at most `MAX_JSON_VALUES` values; more is 413 (the message names the limit).
+pub fn check_values(bytes: &[u8]) -> Result<(), GatewayError> {
+    if json_values(bytes, MAX_JSON_VALUES) > MAX_JSON_VALUES {
+        return Err(
+            GatewayError::payload_too_large(bytes.len()).with_message(format!(
+                "the request body holds more than {MAX_JSON_VALUES} JSON values; send fewer"
+            )),
+        );
+    }
+    Ok(())
+}
+
+/// The values in `bytes`, counted up to `max + 1`: commas, `[` and `{` outside strings
+/// (a string's text is skipped to its closing quote, escapes included).
+fn json_values(bytes: &[u8], max: usize) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                // To the closing quote (or the end): an escape skips the byte after its
+                // backslash.
+                loop {
+                    let Some(at) = memchr::memchr2(b'"', b'\\', &bytes[i..]) else {
+                        i = bytes.len();
+                        break;
+                    };
+                    i += at + 1;
+                    if bytes[i - 1] == b'"' {
+                        break;
+                    }
+                    i = (i + 1).min(bytes.len());
+                }
+                continue;
+            }
+            b',' | b'[' | b'{' => {
+                n += 1;
+                if n > max {
+                    return n;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    n
 }
 
 /// One JSON object of type `T`, and nothing after it. Errors name the field.
@@ -69,6 +132,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, GatewayError> 
             ),
         ));
     }
+    check_values(bytes)?;
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     if first.is_some_and(|&b| b != b'{')
         && serde_json::from_slice::<serde_json::Value>(bytes).is_ok()
@@ -152,6 +216,34 @@ mod tests {
     #[allow(dead_code)]
     struct M {
         role: String,
+    }
+
+    #[test]
+    fn values_are_counted_outside_strings() {
+        assert_eq!(json_values(br#"{"a":[1,2,3],"b":{"c":"x,[{"}}"#, 99), 6);
+        // An escaped quote does not end a string; a string left open ends the count.
+        assert_eq!(json_values(br#"{"a":"q\",[,","b":[1,2]}"#, 99), 4);
+        assert_eq!(json_values(br#"{"a":"\\",[1]}"#, 99), 3);
+        assert_eq!(json_values(br#"{"a":"open,[,{"#, 99), 1);
+        assert_eq!(json_values(b"[\\", 99), 1);
+        assert_eq!(json_values(b"\"\\", 99), 0);
+        // Counted no further than one past the limit.
+        assert_eq!(json_values(b"[0,0,0,0,0,0]", 2), 3);
+    }
+
+    /// Four million values in an 8 MiB body (each read as a 32-byte tree node or more)
+    /// are refused before they are read; a body of long strings is not.
+    #[test]
+    fn a_body_of_too_many_values_is_413() {
+        let many = format!(r#"{{"user":[{}0]}}"#, "0,".repeat(MAX_JSON_VALUES));
+        let e = parse_json::<serde_json::Value>(many.as_bytes()).unwrap_err();
+        assert_eq!(e.status, axum::http::StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(e.message.contains("250000 JSON values"), "{}", e.message);
+        let long = format!(
+            r#"{{"messages":[{{"role":"user","content":"{}"}}]}}"#,
+            "a,[".repeat(MAX_JSON_VALUES)
+        );
+        assert!(parse_json::<serde_json::Value>(long.as_bytes()).is_ok());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! one caller is kept for another.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::request::Parts;
 use futures::StreamExt;
@@ -80,23 +81,21 @@ fn json_rpc_error(
 /// second for an unknown method (-32601). Any other plain-text refusal of rmcp's (406,
 /// 413, …) keeps its status with a JSON-RPC body.
 pub async fn json_rpc_errors(
-    axum::extract::State(max_body): axum::extract::State<usize>,
+    axum::extract::State((max_body, read_within)): axum::extract::State<(usize, Duration)>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::http::{header::CONTENT_TYPE, Method, StatusCode};
     let req = if req.method() == Method::POST {
         let (parts, body) = req.into_parts();
-        let bytes = match axum::body::to_bytes(body, max_body).await {
+        // Within the body's size and time bounds, as every route's body (a client sending
+        // a few bytes of a large body had held its connection without end).
+        let bytes = match super::body::read_within(max_body, read_within, body)
+            .await
+            .and_then(|b| super::body::check_values(&b).map(|()| b))
+        {
             Ok(b) => b,
-            Err(_) => {
-                return json_rpc_error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    Value::Null,
-                    INVALID_REQUEST,
-                    &format!("the body is larger than {max_body} bytes (server.max_body_bytes)"),
-                )
-            }
+            Err(e) => return json_rpc_error(e.status, Value::Null, INVALID_REQUEST, &e.message),
         };
         match serde_json::from_slice::<Value>(&bytes) {
             Err(e) => {

@@ -87,7 +87,10 @@ pub fn router(state: AppState) -> Router {
                 Router::new()
                     .nest_service("/mcp", mcp::service(state.clone()))
                     .layer(middleware::from_fn_with_state(
-                        state.settings.server.max_body_bytes,
+                        (
+                            state.settings.server.max_body_bytes,
+                            state.settings.server.body_read_timeout,
+                        ),
                         mcp::json_rpc_errors,
                     )),
             ),

@@ -330,8 +330,9 @@ async fn slow_clients_cannot_hold_connections() {
         "{answer}"
     );
 
-    // Sends its headers, then part of the body, then stalls: 408 in the dialect's shape.
-    for path in ["/v1/chat/completions", "/api/chat"] {
+    // Sends its headers, then part of the body, then stalls: 408 in the dialect's shape
+    // (MCP's too: its body was read with no time bound).
+    for path in ["/v1/chat/completions", "/api/chat", "/mcp"] {
         let mut tcp = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
         let head = format!(
             "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{{\"model\":"
@@ -346,6 +347,19 @@ async fn slow_clients_cannot_hold_connections() {
         if path.starts_with("/api/") {
             assert!(
                 v["error"].as_str().unwrap().contains("did not arrive"),
+                "{v}"
+            );
+        } else if path == "/mcp" {
+            assert_eq!(
+                (v["jsonrpc"].as_str(), v["error"]["code"].as_i64()),
+                (Some("2.0"), Some(-32600)),
+                "{v}"
+            );
+            assert!(
+                v["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("did not arrive"),
                 "{v}"
             );
         } else {
