@@ -188,36 +188,52 @@ impl Turn {
         out
     }
 
-    /// The turn as stored: JSON, cut to at most `max_bytes` when it alone is larger (the
-    /// question and the answer each keep their end, marked as cut).
+    /// The turn as stored: JSON of at most `max_bytes`. When it alone is larger, the
+    /// question, the answer and each function output share the room, each keeping its
+    /// end, marked as cut; when even that is larger (more calls, outputs or attached
+    /// names than the room holds), only the question and the answer are kept.
     pub(crate) fn encode(&self, max_bytes: usize) -> anyhow::Result<Vec<u8>> {
         let json = serde_json::to_vec(self)?;
         if json.len() <= max_bytes {
             return Ok(json);
         }
         // JSON escaping can grow text up to six times; leave room for it.
-        let keep = max_bytes.saturating_sub(256) / 12;
-        let cut = |text: &str| {
+        let room = |texts: usize| max_bytes.saturating_sub(256) / (6 * texts);
+        let cut = |text: &str, keep: usize| {
             let from = text.len().saturating_sub(keep);
             let from = (from..=text.len())
                 .find(|&i| text.is_char_boundary(i))
                 .unwrap_or(text.len());
             format!("[cut] {}", &text[from..])
         };
+        let keep = room(2 + self.results.len());
         let shorter = Turn {
-            user: cut(&self.user),
-            assistant: cut(&self.assistant),
+            user: cut(&self.user, keep),
+            assistant: cut(&self.assistant, keep),
             results: self
                 .results
                 .iter()
                 .map(|r| CallResult {
                     call_id: r.call_id.clone(),
-                    output: cut(&r.output),
+                    output: cut(&r.output, keep),
                 })
                 .collect(),
             ..self.clone()
         };
-        Ok(serde_json::to_vec(&shorter)?)
+        let json = serde_json::to_vec(&shorter)?;
+        if json.len() <= max_bytes {
+            return Ok(json);
+        }
+        let keep = room(2);
+        let least = Turn {
+            user: cut(&self.user, keep),
+            assistant: cut(&self.assistant, keep),
+            attached: Vec::new(),
+            results: Vec::new(),
+            calls: Vec::new(),
+            ..*self
+        };
+        Ok(serde_json::to_vec(&least)?)
     }
 }
 
@@ -607,6 +623,25 @@ pub(crate) mod contract {
         let last = kept.last().unwrap();
         assert!(last.assistant.starts_with("[cut]") && last.assistant.ends_with("THE END"));
         assert!(last.user.starts_with("[cut]"));
+        // A turn of many function outputs (a tool loop) is held to the bound as well.
+        let tools = Turn {
+            user: "run them".into(),
+            results: (0..40)
+                .map(|i| CallResult {
+                    call_id: format!("call_{i}"),
+                    output: "o".repeat(100),
+                })
+                .collect(),
+            ..turn(10)
+        };
+        store.append(&key, tools).await.unwrap();
+        let kept = store.recent(&key, 10).await.unwrap();
+        let bytes: usize = kept
+            .iter()
+            .map(|t| serde_json::to_vec(t).unwrap().len())
+            .sum();
+        assert!(bytes <= 600, "{bytes} bytes kept");
+        assert!(kept.last().unwrap().user.ends_with("run them"));
     }
 
     pub fn limits() -> Limits {
@@ -661,6 +696,30 @@ mod tests {
         let other = sessions.hold(contract::owned(1, "busy")).await.unwrap();
         drop((first, other));
         assert!(sessions.hold(contract::shared("busy")).await.is_ok());
+    }
+
+    /// A turn larger than the bound shares the room among its question, its answer and
+    /// its function outputs, each keeping its end.
+    #[test]
+    fn a_large_turn_keeps_the_end_of_every_output() {
+        let turn = Turn {
+            results: (0..5)
+                .map(|i| CallResult {
+                    call_id: format!("call_{i}"),
+                    output: format!("{}end {i}", "o".repeat(3000)),
+                })
+                .collect(),
+            ..Turn::new("q".repeat(3000), format!("{}the answer", "a".repeat(3000)))
+        };
+        let json = turn.encode(4096).unwrap();
+        assert!(json.len() <= 4096, "{}", json.len());
+        let kept: Turn = serde_json::from_slice(&json).unwrap();
+        assert_eq!(kept.results.len(), 5);
+        for (i, r) in kept.results.iter().enumerate() {
+            assert_eq!(r.call_id, format!("call_{i}"));
+            assert!(r.output.starts_with("[cut]") && r.output.ends_with(&format!("end {i}")));
+        }
+        assert!(kept.assistant.ends_with("the answer"));
     }
 
     #[test]
