@@ -269,11 +269,6 @@ pub fn read(items: &Value) -> Read {
                 if content.trim().is_empty()
                     && meta.iter().all(|(k, _)| k == "path" || k == "language")
                 {
-                    tracing::warn!(
-                        index,
-                        category = %category,
-                        "an additional_context item has no content and no metadata to use: ignored"
-                    );
                     out.skipped.empty += 1;
                     continue;
                 }
@@ -295,6 +290,13 @@ pub fn read(items: &Value) -> Read {
                 });
             }
         }
+    }
+    // One line for all of them: a list of millions of empty items had written a line each.
+    if out.skipped.empty > 0 {
+        tracing::warn!(
+            items = out.skipped.empty,
+            "additional_context items with nothing to use (no content, no metadata): ignored"
+        );
     }
     out
 }
@@ -357,7 +359,7 @@ pub fn diagnostic(v: &Value) -> Diagnostic {
         // LSP ranges are 0-based.
         v.pointer("/range/start/line")
             .and_then(Value::as_u64)
-            .map(|l| l + 1)
+            .map(|l| l.saturating_add(1))
     });
     let severity = match v.get("severity") {
         Some(Value::Number(n)) => match n.as_u64() {
@@ -613,6 +615,9 @@ mod tests {
             &json!({"file": "a.py", "line": 3, "severity": "Warning", "message": "unused"}),
         );
         assert_eq!(plain.line_text(), "WARNING a.py:3: unused");
+        // The last line an LSP range can name is not wrapped round to line 0.
+        let last = diagnostic(&json!({"range": {"start": {"line": u64::MAX}}, "message": "x"}));
+        assert_eq!(last.line.map(|l| l as u64), Some(u64::MAX));
     }
 
     #[test]

@@ -46,6 +46,35 @@ pub trait HttpRender: Render<Piece = Bytes> {
 /// How one endpoint's body becomes a turn: the dialect's parser.
 pub type Parse<R> = fn(&[u8]) -> Result<Parsed<R>, GatewayError>;
 
+/// The tools of a request the gateway does not run (a provider's own server tools), left
+/// out: logged once a request (a list of a thousand had logged a line each), as a count
+/// and the first one's kind when it reads as one (`web_search_20250305`; the kind is the
+/// client's text, so anything else is logged as `other`).
+#[derive(Default)]
+pub(super) struct Dropped {
+    count: usize,
+    first: Option<String>,
+}
+
+impl Dropped {
+    pub(super) fn add(&mut self, kind: &str) {
+        self.count += 1;
+        self.first.get_or_insert_with(|| {
+            let plain = kind.len() <= 32
+                && kind
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if plain { kind } else { "other" }.to_string()
+        });
+    }
+
+    pub(super) fn log(&self, what: &'static str) {
+        if let Some(first) = &self.first {
+            tracing::info!(tools = self.count, first = %first, "{what}");
+        }
+    }
+}
+
 /// A parsed chat request.
 pub struct Parsed<R> {
     pub turn: ChatTurn,

@@ -138,3 +138,44 @@ async fn logs_hold_sizes_and_flags_never_keys_or_content() {
 fn user_b64_probe() -> String {
     base64::engine::general_purpose::STANDARD.encode(SELECTION)[..16].to_string()
 }
+
+/// A request of many things to leave out writes a line for all of them, not one each: ten
+/// thousand empty context items had written ten thousand warnings (a list of millions,
+/// hundreds of megabytes of log), and a thousand server tools a thousand lines.
+#[tokio::test]
+async fn one_request_writes_a_bounded_number_of_lines() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Spawned::start(&up, Provider::Openai, |_| {}).await;
+    let before = gw.log().lines().count();
+    let empty: Vec<Value> = (0..10_000).map(|_| json!({})).collect();
+    let (status, _, text) = post(
+        &gw.url("/v1/chat/completions"),
+        json!({"model": "brunix", "messages": [{"role": "user", "content": "hi"}],
+            "additional_context": empty}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let server_tools: Vec<Value> = (0..1_000)
+        .map(|_| json!({"type": "web_search_20250305", "name": "web_search"}))
+        .collect();
+    let (status, _, text) = post(
+        &gw.url("/v1/messages"),
+        json!({"model": "brunix", "max_tokens": 8, "tools": server_tools,
+            "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let hosted: Vec<Value> = (0..1_000).map(|_| json!({"type": "web_search"})).collect();
+    let (status, _, text) = post(
+        &gw.url("/v1/responses"),
+        json!({"model": "brunix", "tools": hosted, "input": "hi"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let log = gw.stop();
+    let lines = log.lines().count() - before;
+    assert!(lines < 200, "{lines} lines for three requests");
+    assert!(log.contains("nothing to use"), "{log}");
+    assert!(log.contains("server tools dropped"), "{log}");
+    assert!(log.contains("hosted tools dropped"), "{log}");
+}

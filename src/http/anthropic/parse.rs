@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use super::render::Stream;
 use crate::error::GatewayError;
 use crate::http::body::parse_json;
-use crate::http::chat::{Context, Parsed};
+use crate::http::chat::{Context, Dropped, Parsed};
 use crate::llm::{GenParams, Input, Message, Role, ToolCall, UpstreamRequest};
 
 /// The fields read (no `flatten`, so that errors keep the field's path).
@@ -408,6 +408,7 @@ fn block_text(block: Block, field: &str, system: bool) -> Result<Option<String>,
 /// tools (web search, code execution, …) are Anthropic's own: dropped.
 fn tools(req: &mut Request) -> (Vec<Value>, Option<Value>) {
     let mut out = Vec::new();
+    let mut dropped = Dropped::default();
     for tool in req.tools.take().unwrap_or_default() {
         match tool.kind.as_deref() {
             None | Some("custom") => {
@@ -420,9 +421,10 @@ fn tools(req: &mut Request) -> (Vec<Value>, Option<Value>) {
                 }
                 out.push(json!({"type": "function", "function": function}));
             }
-            Some(kind) => tracing::info!(tool = kind, "server tool dropped"),
+            Some(kind) => dropped.add(kind),
         }
     }
+    dropped.log("server tools dropped");
     let choice = match req.tool_choice.take() {
         _ if out.is_empty() => None,
         None => None,

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use super::render::Stream;
 use crate::error::GatewayError;
 use crate::http::body::parse_json;
-use crate::http::chat::{Context, Parsed};
+use crate::http::chat::{Context, Dropped, Parsed};
 use crate::http::stored::Thread;
 use crate::llm::{GenParams, Input, Message, Role, ToolCall, UpstreamRequest};
 
@@ -316,6 +316,7 @@ fn content(c: Content, field: &str) -> Result<(String, Vec<String>), GatewayErro
 fn tools(tools: Vec<Tool>) -> (Vec<Value>, Vec<Value>) {
     let mut upstream = Vec::new();
     let mut echoed = Vec::new();
+    let mut dropped = Dropped::default();
     for tool in tools {
         match (tool.kind.as_str(), tool.name) {
             ("function", Some(name)) => {
@@ -334,9 +335,10 @@ fn tools(tools: Vec<Tool>) -> (Vec<Value>, Vec<Value>) {
                     "strict": tool.strict.unwrap_or(false)}));
                 upstream.push(json!({"type": "function", "function": function}));
             }
-            (kind, _) => tracing::info!(tool = kind, "hosted tool dropped"),
+            (kind, _) => dropped.add(kind),
         }
     }
+    dropped.log("hosted tools dropped");
     (upstream, echoed)
 }
 
