@@ -345,7 +345,7 @@ fn block_text(block: Block, field: &str, system: bool) -> Result<Option<String>,
             format!("{field}: image blocks are not supported by this gateway; send text"),
         )),
         "document" => {
-            let source = block.source.unwrap_or(Value::Null);
+            let mut source = block.source.unwrap_or(Value::Null);
             match source.get("type").and_then(Value::as_str) {
                 Some("text") => {
                     Ok(source
@@ -356,18 +356,26 @@ fn block_text(block: Block, field: &str, system: bool) -> Result<Option<String>,
                             None => data.to_string(),
                         }))
                 }
-                Some("content") => match source.get("content") {
-                    Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some("content") => match source.get_mut("content").map(Value::take) {
+                    Some(Value::String(s)) => Ok(Some(s)),
                     Some(blocks @ Value::Array(_)) => {
-                        let blocks: Vec<Block> =
-                            serde_json::from_value(blocks.clone()).map_err(|e| {
-                                GatewayError::invalid(
-                                    format!("{field}.source.content"),
-                                    format!("{field}.source.content: {e}"),
-                                )
-                            })?;
-                        text_of(Content::Blocks(blocks), &format!("{field}.source"), false)
-                            .map(Some)
+                        let field = format!("{field}.source.content");
+                        let blocks: Vec<Block> = serde_json::from_value(blocks)
+                            .map_err(|e| GatewayError::invalid(&field, format!("{field}: {e}")))?;
+                        // A document holds text and images: a document inside one is not
+                        // Anthropic's format, and each level of them had made the request's
+                        // text live once more.
+                        let kinds = |b: &Block| matches!(b.kind.as_str(), "text" | "image");
+                        if let Some(j) = blocks.iter().position(|b| !kinds(b)) {
+                            return Err(GatewayError::invalid(
+                                format!("{field}.{j}"),
+                                format!(
+                                    "{field}.{j}: a document's content holds text blocks, not '{}'",
+                                    blocks[j].kind
+                                ),
+                            ));
+                        }
+                        text_of(Content::Blocks(blocks), &field, false).map(Some)
                     }
                     _ => Ok(None),
                 },
@@ -512,5 +520,34 @@ mod tests {
         .unwrap();
         assert_eq!(e.param.as_deref(), Some("messages.0.content.0"));
         assert!(e.message.contains("image"), "{}", e.message);
+    }
+
+    /// A document's text is read, from its text blocks too; a document nested in one
+    /// (not Anthropic's format: each level had made the text live once more) is refused.
+    #[test]
+    fn documents_are_read_and_documents_inside_them_refused() {
+        let document = |content: Value| {
+            json!({"type": "document", "title": "Notes",
+                "source": {"type": "content", "content": content}})
+        };
+        let body = |block: Value| {
+            json!({"model": "m", "max_tokens": 5,
+                "messages": [{"role": "user", "content": [block,
+                    {"type": "text", "text": "Summarise it."}]}]})
+        };
+        let p = turn(body(document(json!([{"type": "text", "text": "line one"},
+            {"type": "text", "text": "line two"}]))));
+        assert_eq!(chat(&p)[0].content, "line one\nline two\nSummarise it.");
+        let p = turn(body(json!({"type": "document",
+            "source": {"type": "text", "media_type": "text/plain", "data": "plain"}})));
+        assert_eq!(chat(&p)[0].content, "plain\nSummarise it.");
+        let nested = document(json!([document(json!([{"type": "text", "text": "deep"}]))]));
+        let e = messages(body(nested).to_string().as_bytes()).err().unwrap();
+        assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST);
+        assert_eq!(
+            e.param.as_deref(),
+            Some("messages.0.content.0.source.content.0")
+        );
+        assert!(e.message.contains("'document'"), "{}", e.message);
     }
 }
