@@ -15,6 +15,10 @@ use serde_json::Value;
 
 use super::items::{self, ContextItem, Cursor, Diagnostic, RecentEdit, Skipped};
 
+/// Most fenced blocks of the user's message read as context (items, problems, edits,
+/// the open file).
+const MAX_MESSAGE_BLOCKS: usize = 256;
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EditorContext {
     pub selected_text: String,
@@ -167,7 +171,10 @@ impl EditorContext {
             (at, message.len() - message[at..].trim_start().len())
         });
         let text_end = message.trim_end().len();
-        for block in fenced_blocks(message) {
+        // The first blocks only: they are in the message the model gets whatever is taken
+        // here, and each taken is a copy (a message of 250,000 blocks was read into as many
+        // items, twenty times its size).
+        for block in fenced_blocks(message).into_iter().take(MAX_MESSAGE_BLOCKS) {
             let header = parse_header(block.info);
             let is_open_file =
                 open_file_at.is_some_and(|(at, first)| block.start >= at && block.start <= first);
@@ -478,6 +485,10 @@ mod tests {
         let u = user(json!({"editor_content": STANDARD.encode("from the field")}));
         let ctx = EditorContext::from_request(Some(&u), None, msg);
         assert_eq!(ctx.editor_content, "from the field");
+        // A message of many blocks gives its first ones as items, not a copy of each.
+        let many = "```x src/a.rs\nfn a() {}\n```\n".repeat(10_000);
+        let ctx = EditorContext::from_request(None, None, &many);
+        assert_eq!(ctx.items.len(), MAX_MESSAGE_BLOCKS);
     }
 
     proptest::proptest! {
