@@ -20,9 +20,14 @@ use crate::trace;
 /// room is too long for certain.
 pub(super) const ESTIMATE_OVERCOUNT: f64 = 1.5;
 
+/// Most bytes a token of any tokenizer is taken to hold: a text longer than this times the
+/// room is too long for certain, whatever the tokenizer (the estimate can read several
+/// times high on a multilingual one, so only this bound refuses before counting there).
+const MAX_TOKEN_BYTES: usize = 32;
+
 /// The refusal of a prompt whose client messages alone are over the window by the
-/// estimate (`estimated` tokens).
-fn over_the_window(window: usize, answer: usize, estimated: usize) -> GatewayError {
+/// estimate: `what` (the prompt, or the messages) takes about `estimated` tokens.
+fn over_the_window(window: usize, answer: usize, what: &str, estimated: usize) -> GatewayError {
     tracing::warn!(
         stage = "assemble",
         window,
@@ -31,9 +36,9 @@ fn over_the_window(window: usize, answer: usize, estimated: usize) -> GatewayErr
         "the client's messages alone do not fit the window (estimated)"
     );
     GatewayError::context_length_exceeded(format!(
-        "this model's window is {window} tokens: the prompt (the messages and the \
-         assistant's instructions) takes about {estimated} by the gateway's estimate and the \
-         answer {answer} more; shorten the messages or ask for fewer tokens"
+        "this model's window is {window} tokens: {what} takes about {estimated} by the \
+         gateway's estimate and the answer {answer} more; shorten the messages or ask for \
+         fewer tokens"
     ))
 }
 
@@ -72,12 +77,22 @@ impl Pipeline {
         let window = request.window_tokens;
         let answer = request.answer_tokens;
         let limit = window.saturating_sub(answer);
-        // The client's own messages over the window for certain (by more than the estimate
-        // can overcount): refused before anything is assembled or sent to be counted (a
-        // message of 90,000 tool calls was megabytes for the upstream's tokenizer).
+        // The client's own messages over the window for certain: refused before anything
+        // is assembled or sent to be counted (a conversation of 90,000 tool calls was
+        // megabytes for the upstream's tokenizer). Without a tokenizer, by more than the
+        // estimate can overcount; with one, by more than any token holds.
         let own = assemble::message_tokens(&request.messages, &Estimator::default());
-        if own as f64 > limit as f64 * ESTIMATE_OVERCOUNT {
-            return Err(over_the_window(window, answer, own));
+        let over = match &self.tokens {
+            None => own as f64 > limit as f64 * ESTIMATE_OVERCOUNT,
+            Some(_) => {
+                let bytes: usize = (request.messages.iter())
+                    .map(|m| m.content.len() + m.calls_text().len())
+                    .sum();
+                bytes > limit * MAX_TOKEN_BYTES
+            }
+        };
+        if over {
+            return Err(over_the_window(window, answer, "the messages", own));
         }
         let mut estimate = request.estimate;
         let mut counted = None;
@@ -110,7 +125,12 @@ impl Pipeline {
                     // would be cut by the upstream (Ollama drops the start of a prompt
                     // longer than num_ctx) or refused. Nearer the window, the upstream's
                     // own refusal decides (and a shorter prompt is tried once).
-                    return Err(over_the_window(window, answer, assembled.estimated_tokens));
+                    return Err(over_the_window(
+                        window,
+                        answer,
+                        "the prompt (the messages and the assistant's instructions)",
+                        assembled.estimated_tokens,
+                    ));
                 }
                 break assembled;
             };
@@ -205,7 +225,9 @@ impl Pipeline {
         }
         text.push_str(tools);
         let n = counter.count(&text).await?;
-        Some(n + assemble::template_tokens(messages.len()))
+        // Each tool call is framed by the template as a message is.
+        let framed = messages.len() + messages.iter().map(|m| m.tool_calls.len()).sum::<usize>();
+        Some(n + assemble::template_tokens(framed))
     }
 
     /// The tokens of a conversation and its tools as a client sends them (Anthropic's

@@ -227,6 +227,25 @@ async fn tool_calls_count_in_the_window() {
     }
 }
 
+/// A message the estimate reads far over the window but the upstream's tokenizer counts
+/// within it (Cyrillic: the estimate takes 1.5 tokens a letter, a multilingual tokenizer
+/// far fewer) is counted and answered, not refused by the estimate.
+#[tokio::test]
+async fn a_message_the_tokenizer_counts_within_the_window_is_answered() {
+    let up = ScriptedUpstream::start().await;
+    up.limit_window(dense(true, Overflow::Status, 4.0));
+    let gw = Gateway::with_knowledge(&up, Provider::Openai, small_window).await;
+    let text = "привет ".repeat(330);
+    let (status, _, body) = post(
+        &gw.url("/v1/chat/completions"),
+        json!({"model": "brunix", "stream": false,
+            "messages": [{"role": "user", "content": text}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(chat_requests(&up).len(), 1);
+}
+
 /// A client's tools that alone overflow the window (Open WebUI offers its built-in tools,
 /// thousands of tokens, to every model) are left out and the question is answered; tools
 /// that fit are sent.
