@@ -597,15 +597,10 @@ pub(crate) mod contract {
             user: format!("q{n} {}", "x".repeat(150)),
             ..turn(n)
         };
+        let mut kept = Vec::new();
         for n in 0..3 {
-            store.append(&key, long(n)).await.unwrap();
+            kept = append_within_bound(store, &key, long(n)).await;
         }
-        let kept = store.recent(&key, 10).await.unwrap();
-        let bytes: usize = kept
-            .iter()
-            .map(|t| serde_json::to_vec(t).unwrap().len())
-            .sum();
-        assert!(bytes <= 600, "{bytes} bytes kept");
         assert_eq!(kept.last().unwrap().user, long(2).user, "the newest stays");
         assert!(kept.len() < 3, "the oldest went");
         let huge = Turn {
@@ -613,13 +608,7 @@ pub(crate) mod contract {
             assistant: format!("{}THE END", "z".repeat(5000)),
             ..turn(9)
         };
-        store.append(&key, huge).await.unwrap();
-        let kept = store.recent(&key, 10).await.unwrap();
-        let bytes: usize = kept
-            .iter()
-            .map(|t| serde_json::to_vec(t).unwrap().len())
-            .sum();
-        assert!(bytes <= 600, "{bytes} bytes kept");
+        let kept = append_within_bound(store, &key, huge).await;
         let last = kept.last().unwrap();
         assert!(last.assistant.starts_with("[cut]") && last.assistant.ends_with("THE END"));
         assert!(last.user.starts_with("[cut]"));
@@ -634,14 +623,25 @@ pub(crate) mod contract {
                 .collect(),
             ..turn(10)
         };
-        store.append(&key, tools).await.unwrap();
-        let kept = store.recent(&key, 10).await.unwrap();
+        let kept = append_within_bound(store, &key, tools).await;
+        assert!(kept.last().unwrap().user.ends_with("run them"));
+    }
+
+    /// Appends `turn` and gives what the session keeps, checked to be within its bound
+    /// (600 bytes).
+    async fn append_within_bound(
+        store: &dyn SessionStore,
+        key: &SessionKey,
+        turn: Turn,
+    ) -> Vec<Turn> {
+        store.append(key, turn).await.unwrap();
+        let kept = store.recent(key, 10).await.unwrap();
         let bytes: usize = kept
             .iter()
             .map(|t| serde_json::to_vec(t).unwrap().len())
             .sum();
         assert!(bytes <= 600, "{bytes} bytes kept");
-        assert!(kept.last().unwrap().user.ends_with("run them"));
+        kept
     }
 
     pub fn limits() -> Limits {
