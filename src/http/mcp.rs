@@ -86,6 +86,12 @@ pub async fn json_rpc_errors(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::http::{header::CONTENT_TYPE, Method, StatusCode};
+    // A JSON body sent as JSON: rmcp's 415 for it means it is not a JSON-RPC message.
+    let sent_as_json = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/json"));
     let req = if req.method() == Method::POST {
         let (parts, body) = req.into_parts();
         // Within the body's size and time bounds, as every route's body (a client sending
@@ -150,6 +156,16 @@ pub async fn json_rpc_errors(
     } else {
         text
     };
+    // The body was JSON (it was read above), sent as JSON: not a media type rmcp cannot
+    // take but a message that is not JSON-RPC (a batch, no method, an object for an id).
+    if status == StatusCode::UNSUPPORTED_MEDIA_TYPE && sent_as_json {
+        return json_rpc_error(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            INVALID_REQUEST,
+            &format!("Invalid Request: not a JSON-RPC 2.0 request or notification ({message})"),
+        );
+    }
     json_rpc_error(status, Value::Null, code, &message)
 }
 

@@ -470,6 +470,28 @@ async fn malformed_input_gets_the_apis_own_errors() {
     let v: serde_json::Value = r.json().await.unwrap_or_default();
     assert_eq!(status, 400, "{v}");
     assert_eq!(v["error"]["code"], -32700, "{v}");
+    // JSON that is not a JSON-RPC message (a batch, no method, an object for an id):
+    // 400 and -32600, not the 415 "unsupported media type" rmcp answers.
+    for message in [
+        json!([{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}]),
+        json!({"jsonrpc": "2.0", "id": 9}),
+        json!({"jsonrpc": "2.0", "id": {"a": 1}, "method": "tools/list"}),
+    ] {
+        let r = client()
+            .post(gw.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .json(&message)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let v: serde_json::Value = r.json().await.unwrap_or_default();
+        assert_eq!(
+            (status, &v["error"]["code"]),
+            (400, &json!(-32600)),
+            "{message}: {v}"
+        );
+    }
     for arguments in [json!("a string"), json!({"question": 7})] {
         let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
             "params": {"name": "ask", "arguments": arguments}});
