@@ -38,16 +38,16 @@ pub async fn require_key<D: Dialect>(
     if !keys.required() {
         return next.run(req).await;
     }
+    // A header that is not text is a key that cannot be accepted (not a missing one).
     let header = req
         .headers()
         .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
+        .map(|v| v.to_str().unwrap_or("Bearer \u{fffd}"));
     // Anthropic's clients send the key as `x-api-key` (and some send both headers).
     let api_key = req
         .headers()
         .get(&X_API_KEY)
-        .and_then(|v| v.to_str().ok())
-        .map(|key| format!("Bearer {}", key.trim()));
+        .map(|v| format!("Bearer {}", v.to_str().unwrap_or("\u{fffd}").trim()));
     let checked = match (header, api_key) {
         (None, Some(key)) => keys.check(Some(&key)),
         (Some(h), Some(key)) => keys.check(Some(h)).or_else(|_| keys.check(Some(&key))),

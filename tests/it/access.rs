@@ -260,6 +260,20 @@ async fn keys_from_a_key_file_guard_every_dialect() {
                 "{path}: {v}"
             );
         }
+        // A key that is not text is an invalid key, not a missing one.
+        let r = client()
+            .post(gw.url(path))
+            .header(
+                "authorization",
+                reqwest::header::HeaderValue::from_bytes(b"Bearer sk-\xff\xfeone").unwrap(),
+            )
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 401, "{path}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains("invalid API key"), "{path}: {text}");
         // Accepted keys get past the check (whatever the route answers next).
         for key in ["sk-file-one", "sk-file-two"] {
             let r = client()
