@@ -80,8 +80,21 @@ fn texts(input: Value, server: &ServerSettings) -> Result<Vec<String>, GatewayEr
     for (i, text) in texts.iter().enumerate() {
         check_length(server, &format!("input[{i}]"), text.chars().count())?;
     }
+    let tokens = token_estimate(&texts);
+    if tokens > MAX_EMBEDDING_TOKENS {
+        return Err(GatewayError::invalid(
+            "input",
+            format!(
+                "input holds about {tokens} tokens in all; at most {MAX_EMBEDDING_TOKENS} are embedded in one request"
+            ),
+        ));
+    }
     Ok(texts)
 }
+
+/// Most tokens (by the usage estimate) one embedding request may carry in all, OpenAI's
+/// own limit: on a CPU, 2,048 long texts were about twenty minutes of one embedding slot.
+const MAX_EMBEDDING_TOKENS: usize = 300_000;
 
 /// Embeds with the configured embedder, checking the model name the client asked for.
 /// At most `server.max_concurrent_embeddings` requests embed at once (429 beyond); one

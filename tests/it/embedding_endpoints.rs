@@ -227,3 +227,30 @@ async fn too_many_or_too_long_inputs_are_400_naming_the_field_and_never_reach_th
     .await;
     assert_eq!(status, 200, "{text}");
 }
+
+/// The texts of one request hold at most 300,000 tokens in all (OpenAI's own limit): on a
+/// CPU, the 2,048 long texts the input count allows were about twenty minutes of one of
+/// the embedding slots.
+#[tokio::test]
+async fn more_than_300000_tokens_in_all_are_400_and_never_reach_the_embedder() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        s.embeddings.provider = EmbeddingProvider::Ollama;
+        s.embeddings.model = "nomic-embed-text".into();
+    })
+    .await;
+    let text = "word ".repeat(140_000);
+    for path in ["/v1/embeddings", "/api/embed"] {
+        let (status, _, body) = post(
+            &gw.url(path),
+            json!({"model": "nomic-embed-text", "input": [text, text]}),
+        )
+        .await;
+        assert_eq!(status, 400, "{path}: {}", &body[..body.len().min(300)]);
+        assert!(body.contains("300000"), "{path}: {body}");
+    }
+    assert!(
+        up.requests().iter().all(|r| !r.path.contains("embed")),
+        "nothing was embedded"
+    );
+}
