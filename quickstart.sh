@@ -5,8 +5,9 @@
 #      on a small machine, to embed) under
 #      ~/.cache/assist-gateway, once (the server compiles for several minutes);
 #   2. builds the gateway (release);
-#   3. ingests examples/knowledge (incremental: fast after the first time);
-#   4. starts the model server and the gateway, and prints what to try.
+#   3. starts the model server and the gateway, which indexes examples/knowledge itself
+#      (incremental: fast after the first time) and keeps watching it (edit a file there
+#      and the next answer reads the edit), and prints what to try.
 # Ctrl-C stops everything it started. Needs the Rust toolchain, Python 3 with pip, and a C
 # compiler; nothing is downloaded at run time.
 #
@@ -38,7 +39,7 @@ data="${ASSIST_DATA_DIR:-data/quickstart}"
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-step "1/4 model server and models (cached under ~/.cache/assist-gateway)"
+step "1/3 model server and models (cached under ~/.cache/assist-gateway)"
 model="${ASSIST_MODEL:-qwen2.5-coder-0.5b}"
 model_env="$(./scripts/model-env.sh "$model")"
 python="$(sed -n 1p <<<"$model_env")"
@@ -63,7 +64,7 @@ esac
 echo "model: $gguf" >&2
 echo "embedder: $embedder_path ($cores cores)" >&2
 
-step "2/4 building the gateway"
+step "2/3 building the gateway"
 # The same cached build as the tests (scripts/test.sh), so neither compiles twice.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/assist-gateway/target}"
 cargo build --release --locked
@@ -98,12 +99,13 @@ top_k = 3
 [embeddings]
 provider = "local"
 path = "$embedder_path"
+
+[knowledge]
+sources = ["examples/knowledge"]
+watch = true
 EOF
 
-step "3/4 ingesting examples/knowledge into $data"
-"$bin" ingest --config "$config" examples/knowledge
-
-step "4/4 starting the model server (port $model_port) and the gateway (port $port)"
+step "3/3 starting the model server (port $model_port) and the gateway (port $port), which indexes examples/knowledge"
 pids=()
 cleanup() {
   trap - INT TERM EXIT
@@ -135,6 +137,19 @@ wait_until "http://127.0.0.1:$model_port/v1/models" "${pids[0]}" "the model serv
 "$bin" serve --config "$config" &
 pids+=($!)
 wait_until "http://127.0.0.1:$port/health" "${pids[1]}" "the gateway"
+# The gateway indexes examples/knowledge in the background (about a minute with e5 on 2
+# cores the first time, a second after): wait for it, so that the first question finds it.
+status=""
+for _ in $(seq 1 1200); do
+  status="$(curl -fsS "http://127.0.0.1:$port/v1/knowledge" 2>/dev/null || true)"
+  case "$status" in *'"last_refresh":{'*) break ;; esac
+  kill -0 "${pids[1]}" 2>/dev/null || { echo "the gateway stopped" >&2; exit 1; }
+  sleep 0.5
+done
+case "$status" in
+  *'"state":"failed"'*) echo "indexing examples/knowledge failed: $status" >&2 ;;
+  *) echo "examples/knowledge indexed" >&2 ;;
+esac
 
 cat >&2 <<EOF
 
@@ -151,6 +166,9 @@ Try it:
   examples/curl.sh http://127.0.0.1:$port
 
 Settings: $config (after Ctrl-C, "$bin ask --config $config 'question'" uses the same setup).
+Knowledge: edit or add files under examples/knowledge and the gateway indexes them within
+seconds; "$bin ingest --config $config PATH" adds more while it serves; its status:
+curl http://127.0.0.1:$port/v1/knowledge
 
 Editors: examples/continue-config.yaml (continue), examples/open-webui.md, examples/litellm-config.yaml.
 Press Ctrl-C to stop.

@@ -11,7 +11,8 @@ use crate::config::{ClassifierMode, Provider, ReformulatorMode, Settings};
 use crate::embed::{self, Embedder};
 use crate::http::AppState;
 use crate::ingest::layout::{IndexRoot, Live};
-use crate::ingest::{chunk::ChunkConfig, DenseSink, Ingestor, Progress, Summary};
+use crate::ingest::live::{self, Keeper};
+use crate::ingest::{Progress, Rules, Summary};
 use crate::llm;
 use crate::pipeline::classify::{Classifier, LlmClassifier, RulesClassifier};
 use crate::pipeline::prompts::Prompts;
@@ -19,22 +20,19 @@ use crate::pipeline::reformulate::{LlmReformulator, Reformulator};
 use crate::pipeline::{Pipeline, PipelineConfig, Stages};
 use crate::retrieval::edge::EdgeStore;
 use crate::retrieval::hybrid::Retriever;
+use crate::retrieval::indexes::Indexes;
 use crate::retrieval::lexical::TantivyIndex;
 use crate::retrieval::qdrant_server::QdrantServerStore;
-use crate::retrieval::{Lang, LexicalIndex, VectorStore};
+use crate::retrieval::{Lang, VectorStore};
 use crate::sessions::{self, Sessions};
 
 /// The knowledge indexes: BM25 always, vectors when an embedder is configured.
-pub struct Knowledge {
-    pub lexical: Arc<dyn LexicalIndex>,
-    pub dense: Option<(Arc<dyn Embedder>, Arc<dyn VectorStore>)>,
-    /// Why there is no index where one should be (readiness says it).
-    pub missing: Option<String>,
-}
+pub type Knowledge = Indexes;
 
-/// Opens the live indexes under `data_dir/index` for searching. Where none was ever built,
-/// a first, empty one is made (an `ingest` alongside fills it); where one should be and is
-/// not, the knowledge is empty and says why, never silently.
+/// Opens the live indexes under `data_dir/index` for searching only (`ask`, `eval`, the
+/// benchmarks; the serving gateway owns its index, see `ingest::live`). Where none was
+/// ever built, a first, empty one is made (an `ingest` alongside fills it); where one
+/// should be and is not, the knowledge is empty and says why, never silently.
 pub fn open_knowledge(settings: &Settings) -> anyhow::Result<Knowledge> {
     let root = IndexRoot::new(&settings.index_dir());
     let dir = match root.live()? {
@@ -42,52 +40,72 @@ pub fn open_knowledge(settings: &Settings) -> anyhow::Result<Knowledge> {
         Live::None => root.for_update()?,
         Live::Missing(why) => {
             tracing::error!(reason = %why, "no knowledge index: answering without knowledge");
-            return Ok(Knowledge {
+            return Ok(Indexes {
                 lexical: Arc::new(TantivyIndex::in_memory()?),
                 dense: None,
                 missing: Some(why),
             });
         }
     };
-    open_version(settings, &dir, false)
+    let embedder = embed::from_settings(&settings.embeddings, &settings.llm)?;
+    open_version(settings, embedder.as_ref(), &dir, false)
 }
 
-/// Opens the indexes in one version folder: writable for `ingest`, read-only for serving.
-fn open_version(settings: &Settings, dir: &Path, writable: bool) -> anyhow::Result<Knowledge> {
+/// Opens the indexes in one version folder: writable for `ingest` and the serving
+/// gateway, read-only for the rest.
+fn open_version(
+    settings: &Settings,
+    embedder: Option<&Arc<dyn Embedder>>,
+    dir: &Path,
+    writable: bool,
+) -> anyhow::Result<Knowledge> {
     let lexical_dir = dir.join("lexical");
     let lexical = if writable {
         TantivyIndex::open(&lexical_dir)?
     } else {
         TantivyIndex::open_read_only(&lexical_dir)?
     };
-    let dense = match embed::from_settings(&settings.embeddings, &settings.llm)? {
+    let dense = match embedder {
         None => None,
-        Some(embedder) => {
-            let q = &settings.qdrant;
-            let store: Arc<dyn VectorStore> = match &q.url {
-                None => Arc::new(EdgeStore::open(&dir.join("vectors"))?),
-                Some(url) => Arc::new(QdrantServerStore::connect(
-                    url,
-                    q.api_key.as_deref(),
-                    &q.collection,
-                )?),
-            };
-            Some((embedder, store))
-        }
+        Some(embedder) => Some((embedder.clone(), vector_store(settings, dir)?)),
     };
-    Ok(Knowledge {
+    Ok(Indexes {
         lexical: Arc::new(lexical),
         dense,
         missing: None,
     })
 }
 
+/// The vector store of the version in `dir`: the embedded engine's folder there, or the
+/// Qdrant server's collection.
+fn vector_store(settings: &Settings, dir: &Path) -> anyhow::Result<Arc<dyn VectorStore>> {
+    let q = &settings.qdrant;
+    Ok(match &q.url {
+        None => Arc::new(EdgeStore::open(&dir.join("vectors"))?),
+        Some(url) => Arc::new(QdrantServerStore::connect(
+            url,
+            q.api_key.as_deref(),
+            &q.collection,
+        )?),
+    })
+}
+
 /// The hybrid retriever over opened indexes.
 pub fn retriever(settings: &Settings, knowledge: Knowledge) -> Retriever {
+    let embedder = knowledge.dense.as_ref().map(|(e, _)| e.clone());
+    retriever_with(settings, knowledge, embedder.as_ref())
+}
+
+/// The hybrid retriever over opened indexes, searching in the languages `embedder` reads.
+fn retriever_with(
+    settings: &Settings,
+    knowledge: Knowledge,
+    embedder: Option<&Arc<dyn Embedder>>,
+) -> Retriever {
     // `embeddings.languages` empty: the languages the embedder itself reads well.
     let configured = &settings.embeddings.languages;
-    let codes: Vec<&str> = match &knowledge.dense {
-        Some((embedder, _)) if configured.is_empty() => embedder.languages().to_vec(),
+    let codes: Vec<&str> = match embedder {
+        Some(embedder) if configured.is_empty() => embedder.languages().to_vec(),
         _ => configured.iter().map(String::as_str).collect(),
     };
     let langs = codes.into_iter().filter_map(Lang::from_code).collect();
@@ -105,7 +123,9 @@ pub fn retriever(settings: &Settings, knowledge: Knowledge) -> Retriever {
 
 /// Ingests `paths` into the index under `data_dir`. With `rebuild`, a fresh index is
 /// built in a new version folder and made live only when complete (one atomic rename), so
-/// a failed or interrupted rebuild leaves the previous index in place.
+/// a failed or interrupted rebuild leaves the previous index in place. When a serving
+/// gateway owns the index, the work is handed to it (`ingest::handoff`) and this returns
+/// when the change is live, with the same summary.
 pub async fn ingest(
     settings: &Settings,
     paths: &[PathBuf],
@@ -113,32 +133,20 @@ pub async fn ingest(
     progress: &dyn Progress,
 ) -> anyhow::Result<Summary> {
     let root = IndexRoot::new(&settings.index_dir());
-    let _writing = root.exclusive()?;
+    let Some(_writing) = root.try_exclusive()? else {
+        return crate::ingest::handoff::hand_off(&root, paths, rebuild, progress).await;
+    };
     let target = if rebuild {
         root.new_version()?
     } else {
         root.for_update()?
     };
     let summary = {
-        let knowledge = open_version(settings, &target, true)?;
-        let ingestor = Ingestor {
-            lexical: knowledge.lexical,
-            dense: knowledge
-                .dense
-                .map(|(embedder, store)| DenseSink { embedder, store }),
-            chunking: ChunkConfig {
-                max_chars: settings.ingest.chunk_chars,
-                overlap_chars: settings.ingest.overlap_chars,
-            },
-            max_file_bytes: settings.ingest.max_file_bytes,
-            manifest_path: target.join("manifest.json"),
-            privacy: Arc::new(crate::privacy::Privacy::from_settings(&settings.privacy)?),
-            exclude: anyhow::Context::context(
-                crate::privacy::globs(&settings.ingest.exclude),
-                "ingest.exclude",
-            )?,
-        };
-        ingestor.run(paths, progress).await
+        let embedder = embed::from_settings(&settings.embeddings, &settings.llm)?;
+        let knowledge = open_version(settings, embedder.as_ref(), &target, true)?;
+        live::ingestor(&Rules::from_settings(settings)?, &knowledge, &target)
+            .run(paths, progress)
+            .await
     };
     match summary {
         Ok(summary) => {
@@ -163,11 +171,31 @@ pub fn build(mut settings: Settings) -> anyhow::Result<AppState> {
     fit_connections_to_open_files(&mut settings.server);
     // The embedding endpoints serve the model under its own name unless one is set.
     settings.embeddings.model = embed::served_name(&settings.embeddings);
+    let embedder = embed::from_settings(&settings.embeddings, &settings.llm)?;
+    let opener: live::Opener = {
+        let settings = settings.clone();
+        let embedder = embedder.clone();
+        Arc::new(move |dir: &Path, writable: bool| {
+            open_version(&settings, embedder.as_ref(), dir, writable)
+        })
+    };
+    let (keeper, knowledge) = Keeper::open(
+        IndexRoot::new(&settings.index_dir()),
+        opener,
+        Rules::from_settings(&settings)?,
+        settings
+            .knowledge
+            .sources
+            .iter()
+            .map(PathBuf::from)
+            .collect(),
+        settings.knowledge.watch,
+    )?;
     let Parts {
         pipeline,
         retriever,
         embedder,
-    } = pipeline(&settings, true)?;
+    } = pipeline_over(&settings, true, knowledge, embedder)?;
     // Usage is counted per key: only a gateway with keys counts it.
     let usage = if settings.server.api_keys.is_empty() {
         None
@@ -177,8 +205,9 @@ pub fn build(mut settings: Settings) -> anyhow::Result<AppState> {
             &settings.data_dir,
         )?))
     };
-    let mut state = AppState::new(settings, pipeline, retriever, embedder);
+    let mut state = AppState::new(settings, pipeline, retriever, embedder)?;
     state.usage = usage;
+    state.knowledge = Some(keeper);
     Ok(state)
 }
 
@@ -216,6 +245,18 @@ pub struct Parts {
 /// The pipeline, its retriever and embedder; `with_sessions = false` runs without
 /// conversation memory (and without opening the session store).
 pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Parts> {
+    let knowledge = open_knowledge(settings)?;
+    let embedder = knowledge.dense.as_ref().map(|(e, _)| e.clone());
+    pipeline_over(settings, with_sessions, knowledge, embedder)
+}
+
+/// The pipeline over opened knowledge, with the knowledge base's embedder.
+fn pipeline_over(
+    settings: &Settings,
+    with_sessions: bool,
+    knowledge: Knowledge,
+    embedder: Option<Arc<dyn Embedder>>,
+) -> anyhow::Result<Parts> {
     let chat = llm::from_settings(&settings.llm)?;
     let prompts = Prompts::load(&settings.assistant)?;
     let classifier: Box<dyn Classifier> = match settings.classifier.mode {
@@ -237,9 +278,7 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
             timeout: settings.reformulator.timeout,
         }),
     };
-    let knowledge = open_knowledge(settings)?;
-    let embedder = knowledge.dense.as_ref().map(|(e, _)| e.clone());
-    let retriever = Arc::new(retriever(settings, knowledge));
+    let retriever = Arc::new(retriever_with(settings, knowledge, embedder.as_ref()));
     let sessions = if with_sessions {
         let store = sessions::store_from_settings(&settings.sessions, &settings.data_dir)?;
         let sessions = Arc::new(
@@ -307,6 +346,26 @@ pub fn pipeline(settings: &Settings, with_sessions: bool) -> anyhow::Result<Part
     })
 }
 
+/// Starts keeping the knowledge current: refreshes, and the watcher when
+/// `knowledge.watch` is on (stopped when the returned guard is dropped).
+fn keep_knowledge(state: &AppState) -> anyhow::Result<Option<crate::ingest::watch::Watcher>> {
+    let Some(keeper) = &state.knowledge else {
+        return Ok(None);
+    };
+    keeper.serve(state.retriever.clone())?;
+    let k = &state.settings.knowledge;
+    if !k.watch {
+        return Ok(None);
+    }
+    let watcher = crate::ingest::watch::Watcher::start(
+        keeper.clone(),
+        &state.settings.data_dir,
+        Rules::from_settings(&state.settings)?.exclude,
+        k.watch_debounce,
+    )?;
+    Ok(Some(watcher))
+}
+
 /// Serves HTTP until `shutdown` resolves, then lets open streams finish for at most
 /// `server.shutdown_grace_secs`.
 pub async fn serve(
@@ -327,15 +386,29 @@ pub async fn serve_all(
 ) -> std::io::Result<()> {
     use futures::FutureExt;
     let shutdown = shutdown.shared();
+    let keeping = keep_knowledge(&state).map_err(std::io::Error::other)?;
     let grpc = async {
         match grpc {
             Some(listener) => crate::grpc::serve(listener, state.clone(), shutdown.clone()).await,
             None => Ok(()),
         }
     };
-    tokio::try_join!(
+    let control = async {
+        if state.knowledge.is_some() {
+            let socket = IndexRoot::new(&state.settings.index_dir()).socket();
+            crate::http::knowledge::serve_control(socket, state.clone(), shutdown.clone()).await;
+        }
+        Ok(())
+    };
+    let served = tokio::try_join!(
         crate::http::serve(http, state.clone(), shutdown.clone()),
-        grpc
-    )?;
+        grpc,
+        control
+    );
+    drop(keeping);
+    if let Some(keeper) = &state.knowledge {
+        keeper.stop();
+    }
+    served?;
     Ok(())
 }

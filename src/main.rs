@@ -366,6 +366,14 @@ async fn ingest(settings: Settings, paths: Vec<PathBuf>, rebuild: bool) -> anyho
         secs,
         summary.chunks_written as f64 / secs.max(1e-3)
     );
+    if settings.embeddings.provider != assist_gateway::config::EmbeddingProvider::None
+        && summary.chunks_written > 0
+    {
+        println!(
+            "  embedded {} of the {} chunks written (the others kept the vector of the same text)",
+            summary.chunks_embedded, summary.chunks_written
+        );
+    }
     let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
     for (_, why) in &summary.skipped {
         *reasons.entry(why.as_str()).or_default() += 1;

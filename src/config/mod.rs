@@ -25,8 +25,8 @@ pub use assistant::{
 };
 pub use eval::{EvalSettings, JudgeSettings};
 pub use retrieval::{
-    EmbeddingProvider, EmbeddingSettings, IngestSettings, LanguageWeights, QdrantSettings,
-    RetrievalSettings, DEFAULT_EMBEDDING_MODEL,
+    EmbeddingProvider, EmbeddingSettings, IngestSettings, KnowledgeSettings, LanguageWeights,
+    QdrantSettings, RetrievalSettings, DEFAULT_EMBEDDING_MODEL,
 };
 pub use server::{ApiKey, GrpcSettings, LogFormat, LogSettings, ServerSettings};
 pub use sessions::{SessionBackend, SessionSettings};
@@ -56,6 +56,7 @@ pub struct Settings {
     pub qdrant: QdrantSettings,
     pub retrieval: RetrievalSettings,
     pub ingest: IngestSettings,
+    pub knowledge: KnowledgeSettings,
     pub judge: JudgeSettings,
     pub eval: EvalSettings,
 }
@@ -148,6 +149,7 @@ impl Settings {
         self.qdrant.validate()?;
         self.retrieval.validate()?;
         self.ingest.validate()?;
+        self.knowledge.validate()?;
         self.judge.validate()?;
         self.eval.validate()
     }

@@ -1,10 +1,13 @@
-//! The knowledge base: `[embeddings]`, `[qdrant]`, `[retrieval]` and `[ingest]`.
+//! The knowledge base: `[embeddings]`, `[qdrant]`, `[retrieval]`, `[ingest]` and
+//! `[knowledge]`.
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{check, check_upstream_url, list_or_comma_string, unset_if_empty, SettingsError};
+use super::{
+    check, check_upstream_url, list_or_comma_string, millis, unset_if_empty, SettingsError,
+};
 
 /// The embedding model an `ollama` or `openai` embedder asks for when `embeddings.model`
 /// is unset.
@@ -142,6 +145,40 @@ pub struct LanguageWeights {
     pub en: Option<f32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub es: Option<f32>,
+}
+
+/// `[knowledge]`: what the serving gateway indexes itself, and whether it watches it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KnowledgeSettings {
+    /// Folders and files indexed at start and on every refresh, as `ingest` takes them.
+    #[serde(deserialize_with = "list_or_comma_string")]
+    pub sources: Vec<String>,
+    /// Re-index what changes under the sources while serving.
+    pub watch: bool,
+    /// Quiet time after the last change seen before a watched refresh starts.
+    #[serde(rename = "watch_debounce_ms", with = "millis")]
+    pub watch_debounce: std::time::Duration,
+}
+
+impl KnowledgeSettings {
+    pub(super) fn validate(&self) -> Result<(), SettingsError> {
+        check(
+            self.sources.iter().all(|s| !s.trim().is_empty()),
+            "knowledge.sources",
+            "a source is a folder or file path",
+        )?;
+        check(
+            !self.watch || !self.sources.is_empty(),
+            "knowledge.watch",
+            "watching needs knowledge.sources",
+        )?;
+        check(
+            self.watch_debounce <= std::time::Duration::from_secs(60),
+            "knowledge.watch_debounce_ms",
+            "at most 60000",
+        )
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

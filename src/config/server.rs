@@ -14,6 +14,10 @@ pub struct ServerSettings {
     pub addr: String,
     #[serde(deserialize_with = "api_key_list")]
     pub api_keys: Vec<ApiKey>,
+    /// Operator keys: the only keys that reach `/metrics` and the knowledge routes
+    /// (`/v1/knowledge`); also accepted wherever an API key is.
+    #[serde(deserialize_with = "list_or_comma_string")]
+    pub admin_keys: Vec<String>,
     /// A file with more keys, one a line (`key`, or `name key`; `#` comments and blank
     /// lines ignored), read at start-up and added to `api_keys`.
     #[serde(default, with = "unset_if_empty")]
@@ -301,6 +305,11 @@ impl ServerSettings {
             self.api_keys.iter().all(|k| !k.key.trim().is_empty()),
             "server.api_keys",
             "keys must not be empty",
+        )?;
+        check(
+            self.admin_keys.iter().all(|k| k.trim().len() >= 16),
+            "server.admin_keys",
+            "an operator key is at least 16 characters",
         )?;
         let mut names = std::collections::HashSet::new();
         for name in self.api_keys.iter().filter_map(|k| k.name.as_deref()) {

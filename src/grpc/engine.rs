@@ -35,7 +35,7 @@ use super::pb::{self, AgentRequest, AgentResponse};
 use crate::error::GatewayError;
 use crate::llm::{ToolCall, UpstreamRequest};
 use crate::pipeline::ChatTurn;
-use crate::serve::access::{Caller, Keys, Limits, StreamGate};
+use crate::serve::access::{Caller, Keys, StreamGate};
 use crate::serve::chat::{self, ChatLog, End, Piece, Render};
 use crate::serve::{bounds, evaluation, AppState};
 use crate::sessions::Owner;
@@ -180,22 +180,22 @@ struct Admitted {
     gate: Option<StreamGate>,
     /// The caller, when it presented a key.
     caller: Option<Caller>,
+    /// Who the limits count: the key, else the address.
+    counted: Caller,
 }
 
-/// The key check and the per-minute limit, on a call's metadata before its message is
+/// The key check, on a call's metadata before its message is
 /// read: who calls (the key in `authorization` metadata when keys are set, else the
 /// peer's address). A refused call is logged and counted, never read.
 #[derive(Clone)]
 pub struct Admission {
     keys: Arc<Keys>,
-    limits: Option<Arc<Limits>>,
 }
 
 impl Admission {
     pub fn new(state: &AppState) -> Self {
         Self {
             keys: state.keys.clone(),
-            limits: state.limits.clone(),
         }
     }
 
@@ -214,15 +214,45 @@ impl Admission {
                     .map(|ConnectInfo(addr)| *addr),
             )
         };
-        let gate = match &self.limits {
-            None => None,
-            Some(limits) => limits.admit(&caller)?.gate,
-        };
         Ok(Admitted {
             owner: caller.owner(),
-            gate,
-            caller: matches!(caller, Caller::Key(_)).then_some(caller),
+            gate: None,
+            caller: matches!(caller, Caller::Key(_)).then_some(caller.clone()),
+            counted: caller,
         })
+    }
+}
+
+impl Engine {
+    /// Counts a call the interceptor let through against its caller's limits (async:
+    /// they may be counted in Redis); a refused call is logged and counted, its message
+    /// never used.
+    async fn within_limits<T>(&self, request: &mut Request<T>) -> Result<(), Status> {
+        let Some(limits) = &self.state.limits else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        let Some(admitted) = request.extensions_mut().get_mut::<Admitted>() else {
+            return Err(Status::internal("the call was not admitted"));
+        };
+        match limits.admit(&admitted.counted).await {
+            Ok(counted) => {
+                admitted.gate = counted.gate;
+                Ok(())
+            }
+            Err(e) => {
+                let status = e.status.as_u16();
+                telemetry::request("grpc".into(), status, started.elapsed());
+                tracing::info!(
+                    request_id = request_id(request.metadata()),
+                    dialect = "grpc",
+                    status,
+                    error = e.code.unwrap_or(e.kind),
+                    "call refused"
+                );
+                Err(self::status(&e))
+            }
+        }
     }
 }
 
@@ -255,23 +285,29 @@ impl pb::assistance_engine_server::AssistanceEngine for Engine {
     type AskAgentStream = Answers;
     type AskAgentStreamStream = Answers;
 
-    async fn ask_agent(&self, request: Request<AgentRequest>) -> Result<Response<Answers>, Status> {
+    async fn ask_agent(
+        &self,
+        mut request: Request<AgentRequest>,
+    ) -> Result<Response<Answers>, Status> {
+        self.within_limits(&mut request).await?;
         self.ask(request, "/brunix.AssistanceEngine/AskAgent", false)
             .map(Response::new)
     }
 
     async fn ask_agent_stream(
         &self,
-        request: Request<AgentRequest>,
+        mut request: Request<AgentRequest>,
     ) -> Result<Response<Answers>, Status> {
+        self.within_limits(&mut request).await?;
         self.ask(request, "/brunix.AssistanceEngine/AskAgentStream", true)
             .map(Response::new)
     }
 
     async fn evaluate_rag(
         &self,
-        request: Request<pb::EvalRequest>,
+        mut request: Request<pb::EvalRequest>,
     ) -> Result<Response<pb::EvalResponse>, Status> {
+        self.within_limits(&mut request).await?;
         const ROUTE: &str = "/brunix.AssistanceEngine/EvaluateRAG";
         let started = Instant::now();
         let req = request.into_inner();

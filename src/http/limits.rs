@@ -31,7 +31,7 @@ pub async fn enforce<D: Dialect>(
         return next.run(req).await;
     };
     let caller = caller_of(&req);
-    let admitted = match limits.admit(&caller) {
+    let admitted = match limits.admit(&caller).await {
         Ok(admitted) => admitted,
         Err(e) => {
             let retry_after = e.retry_after;

@@ -14,6 +14,7 @@ mod eval;
 #[doc(hidden)]
 pub mod fuzzing;
 mod health;
+pub mod knowledge;
 mod limits;
 mod mcp;
 mod ollama;
@@ -57,10 +58,18 @@ pub fn router(state: AppState) -> Router {
         limits: state.limits.clone(),
         cors_origins: state.settings.server.cors_origins.clone(),
     };
+    // Every key's usage and the knowledge base's control: operators only.
+    let operator = Router::new()
+        .route("/metrics", get(scrape::metrics))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            knowledge::require_operator,
+        ))
+        .merge(knowledge::router(&state));
     let operations = Router::new()
         .route("/ready", get(health::ready))
-        .route("/metrics", get(scrape::metrics))
         .route("/", get(health::root))
+        .merge(operator)
         .fallback(dialect::not_found::<OpenAi>)
         .method_not_allowed_fallback(dialect::method_not_allowed::<OpenAi>);
     // Liveness: never checked for hosts, keys or limits.

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 const POINTER: &str = "CURRENT";
+const LOCK: &str = "ingest.lock";
 const VERSION_PREFIX: &str = "v-";
 
 /// The live index, as found on disk.
@@ -104,9 +105,20 @@ impl IndexRoot {
     /// Holds `index/ingest.lock` while an ingest writes (and a rebuild publishes), so two
     /// ingests never delete each other's work; `Err` naming the lock while another holds it.
     pub fn exclusive(&self) -> anyhow::Result<File> {
+        self.try_exclusive()?.with_context(|| {
+            format!(
+                "another ingest is writing this index ({} is locked): wait for it to finish",
+                self.0.join(LOCK).display()
+            )
+        })
+    }
+
+    /// `index/ingest.lock`, or `None` while another holds it (an ingest, or the serving
+    /// gateway, which holds it as long as it owns the index).
+    pub fn try_exclusive(&self) -> anyhow::Result<Option<File>> {
         std::fs::create_dir_all(&self.0)
             .with_context(|| format!("cannot create {}", self.0.display()))?;
-        let path = self.0.join("ingest.lock");
+        let path = self.0.join(LOCK);
         let file = File::options()
             .create(true)
             .truncate(false)
@@ -114,15 +126,17 @@ impl IndexRoot {
             .open(&path)
             .with_context(|| format!("cannot open {}", path.display()))?;
         match file.try_lock() {
-            Ok(()) => Ok(file),
-            Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
-                "another ingest is writing this index ({} is locked): wait for it to finish",
-                path.display()
-            ),
+            Ok(()) => Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
             Err(std::fs::TryLockError::Error(e)) => {
                 Err(e).with_context(|| format!("cannot lock {}", path.display()))
             }
         }
+    }
+
+    /// The socket a serving gateway that owns this index answers `ingest` on.
+    pub fn socket(&self) -> PathBuf {
+        self.0.join("gateway.sock")
     }
 
     /// A new, empty version folder (not live until [`publish`](Self::publish)).

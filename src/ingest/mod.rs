@@ -7,12 +7,17 @@
 //! run leaves a usable index and the next run picks up where it stopped.
 
 pub mod chunk;
+pub mod handoff;
 pub mod layout;
+pub mod live;
+pub mod progress;
+pub mod watch;
+
+pub use progress::{Bar, Progress, Quiet, Tracker};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::{anyhow, Context};
 use globset::GlobSet;
@@ -73,14 +78,19 @@ impl Manifest {
 pub type Skipped = Vec<(String, String)>;
 
 /// The end-of-run summary.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Summary {
     pub files_seen: usize,
     pub files_indexed: usize,
     pub files_unchanged: usize,
     pub files_removed: usize,
     pub chunks_written: usize,
+    /// Of the chunks written, those embedded anew (the others kept the vector stored for
+    /// the same text).
+    pub chunks_embedded: usize,
     pub chunks_total: usize,
+    /// Files in the index after the run.
+    pub files_total: usize,
     pub skipped: Skipped,
     /// Files left out as credentials by name or by `ingest.exclude` (also in `skipped`).
     pub files_excluded: usize,
@@ -98,16 +108,36 @@ pub struct DenseSink {
     pub store: Arc<dyn VectorStore>,
 }
 
-pub struct Ingestor {
-    pub lexical: Arc<dyn LexicalIndex>,
-    pub dense: Option<DenseSink>,
+/// What is indexed and how, the same for every run.
+#[derive(Clone)]
+pub struct Rules {
     pub chunking: ChunkConfig,
     pub max_file_bytes: u64,
-    pub manifest_path: PathBuf,
     /// Redaction and invisible characters, applied to every chunk before it is stored.
     pub privacy: Arc<Privacy>,
     /// `ingest.exclude`.
     pub exclude: GlobSet,
+}
+
+impl Rules {
+    pub fn from_settings(settings: &crate::config::Settings) -> anyhow::Result<Self> {
+        Ok(Self {
+            chunking: ChunkConfig {
+                max_chars: settings.ingest.chunk_chars,
+                overlap_chars: settings.ingest.overlap_chars,
+            },
+            max_file_bytes: settings.ingest.max_file_bytes,
+            privacy: Arc::new(Privacy::from_settings(&settings.privacy)?),
+            exclude: privacy::globs(&settings.ingest.exclude).context("ingest.exclude")?,
+        })
+    }
+}
+
+pub struct Ingestor {
+    pub lexical: Arc<dyn LexicalIndex>,
+    pub dense: Option<DenseSink>,
+    pub rules: Rules,
+    pub manifest_path: PathBuf,
 }
 
 /// A file found by the walk.
@@ -137,11 +167,11 @@ impl Ingestor {
         manifest.embedder = embedder_name;
 
         let mut summary = Summary::default();
-        let (found, skipped) = walk(roots, self.max_file_bytes, &self.exclude)
+        let (found, skipped) = walk(roots, self.rules.max_file_bytes, &self.rules.exclude)
             .context("walking the folders to ingest")?;
         let (found, excluded): (Vec<Found>, Vec<Found>) = found
             .into_iter()
-            .partition(|f| !self.privacy.excluded(&f.key));
+            .partition(|f| !self.rules.privacy.excluded(&f.key));
         let mut skipped = skipped;
         skipped.extend(
             excluded
@@ -154,15 +184,17 @@ impl Ingestor {
             .count();
         summary.skipped = skipped;
         summary.files_seen = found.len();
-        let root_names: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+        let root_names: Vec<String> = roots.iter().map(|r| root_name(r)).collect();
 
-        // Deleted: known under these roots, not found now.
+        // Deleted: known under these roots, not found now (or gone before it was read).
         let present: std::collections::HashSet<&str> =
             found.iter().map(|f| f.key.as_str()).collect();
-        let deleted: Vec<String> = manifest
+        let mut deleted: Vec<String> = manifest
             .files
             .iter()
-            .filter(|(k, e)| root_names.contains(&e.root) && !present.contains(k.as_str()))
+            .filter(|(k, e)| {
+                root_names.contains(&root_name(Path::new(&e.root))) && !present.contains(k.as_str())
+            })
             .map(|(k, _)| k.clone())
             .collect();
 
@@ -171,6 +203,13 @@ impl Ingestor {
         for f in found {
             let bytes = match std::fs::read(&f.path) {
                 Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    // Deleted between the walk and the read: gone, like any deleted file.
+                    if manifest.files.contains_key(&f.key) {
+                        deleted.push(f.key);
+                    }
+                    continue;
+                }
                 Err(e) => {
                     summary.skipped.push((f.key, format!("unreadable: {e}")));
                     continue;
@@ -185,7 +224,9 @@ impl Ingestor {
                 }
             };
             let sha = hex(&Sha256::digest(text.as_bytes()));
-            if manifest.files.get(&f.key).is_some_and(|e| e.sha256 == sha) {
+            if let Some(entry) = manifest.files.get_mut(&f.key).filter(|e| e.sha256 == sha) {
+                // The root as named now (an index from before absolute roots).
+                entry.root.clone_from(&f.root);
                 summary.files_unchanged += 1;
                 continue;
             }
@@ -221,10 +262,10 @@ impl Ingestor {
                     // The whole file first: a secret spread over lines (a private key) is
                     // found whole before chunks cut it; line numbers stay right.
                     let mut text = text.clone();
-                    cleaned.add(self.privacy.clean_file(&mut text));
-                    let mut chunks = chunk::chunk_file(&f.key, &text, &self.chunking);
+                    cleaned.add(self.rules.privacy.clean_file(&mut text));
+                    let mut chunks = chunk::chunk_file(&f.key, &text, &self.rules.chunking);
                     for c in &mut chunks {
-                        cleaned.add(self.privacy.clean(&mut c.section));
+                        cleaned.add(self.rules.privacy.clean(&mut c.section));
                     }
                     (f.key.clone(), chunks)
                 })
@@ -241,7 +282,7 @@ impl Ingestor {
             summary.invisible_removed += cleaned.invisible;
             let n_chunks: usize = files.iter().map(|(_, c)| c.len()).sum();
             if let Some(d) = &self.dense {
-                self.write_vectors(d, &files).await?;
+                summary.chunks_embedded += self.write_vectors(d, &files).await?;
             }
             self.lexical
                 .replace_files(&files)
@@ -284,50 +325,73 @@ impl Ingestor {
             }
         }
         summary.chunks_total = manifest.files.values().map(|e| e.chunks).sum();
+        summary.files_total = manifest.files.len();
         progress.finish();
         Ok(summary)
     }
 
+    /// Writes the vectors of these files' chunks: a chunk whose id (its file, section and
+    /// text) is stored keeps its vector, the others are embedded; the new points are
+    /// written before the files' old ones go, so a search meanwhile finds the file.
+    /// Returns how many chunks were embedded.
     async fn write_vectors(
         &self,
         dense: &DenseSink,
         files: &[(String, Vec<KnowledgeChunk>)],
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<usize> {
         let chunks: Vec<&KnowledgeChunk> = files.iter().flat_map(|(_, c)| c).collect();
         let keys: Vec<String> = files.iter().map(|(k, _)| k.clone()).collect();
-        dense
+        let ids: Vec<String> = chunks.iter().map(|c| c.chunk_id.clone()).collect();
+        let mut stored = dense
             .store
-            .remove_files(&keys)
+            .vectors(&ids)
             .await
-            .context("removing changed files from the vector store")?;
-        if chunks.is_empty() {
-            return Ok(());
+            .context("reading the stored vectors of changed files")?;
+        let new: Vec<&KnowledgeChunk> = chunks
+            .iter()
+            .copied()
+            .filter(|c| !stored.contains_key(&c.chunk_id))
+            .collect();
+        if !new.is_empty() {
+            let texts: Vec<String> = new.iter().map(|c| embedding_text(c)).collect();
+            let vectors = dense
+                .embedder
+                .embed(&texts, TextKind::Passage)
+                .await
+                .map_err(|e| anyhow!("embedding failed: {e}"))?;
+            for (c, v) in new.iter().zip(vectors) {
+                stored.insert(c.chunk_id.clone(), v);
+            }
         }
-        let texts: Vec<String> = chunks.iter().map(|c| embedding_text(c)).collect();
-        let vectors = dense
-            .embedder
-            .embed(&texts, TextKind::Passage)
-            .await
-            .map_err(|e| anyhow!("embedding failed: {e}"))?;
-        let dimension = vectors.first().map_or(0, Vec::len);
-        dense
-            .store
-            .ensure_collection(dimension)
-            .await
-            .context("creating the vector collection")?;
-        let points = chunks
+        if let Some(dimension) = stored.values().next().map(Vec::len) {
+            dense
+                .store
+                .ensure_collection(dimension)
+                .await
+                .context("creating the vector collection")?;
+        }
+        let points: Vec<VectorPoint> = chunks
             .into_iter()
-            .zip(vectors)
-            .map(|(c, vector)| VectorPoint {
-                chunk: c.clone(),
-                vector,
+            .filter_map(|c| {
+                stored.remove(&c.chunk_id).map(|vector| VectorPoint {
+                    chunk: c.clone(),
+                    vector,
+                })
             })
             .collect();
+        if !points.is_empty() {
+            dense
+                .store
+                .upsert(points)
+                .await
+                .context("writing vectors to the vector store")?;
+        }
         dense
             .store
-            .upsert(points)
+            .remove_files_except(&keys, &ids)
             .await
-            .context("writing vectors to the vector store")
+            .context("removing changed files' old chunks from the vector store")?;
+        Ok(new.len())
     }
 }
 
@@ -350,6 +414,15 @@ fn embedding_text(c: &KnowledgeChunk) -> String {
     } else {
         format!("{}\n{}", c.section, c.text)
     }
+}
+
+/// A root as the manifest records it: its absolute path, so that the same folder named
+/// from another working folder (the CLI's, the gateway's) is the same root.
+fn root_name(root: &Path) -> String {
+    std::path::absolute(root)
+        .unwrap_or_else(|_| root.to_path_buf())
+        .display()
+        .to_string()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -387,7 +460,7 @@ fn walk(
     let mut keys = std::collections::HashSet::new();
     let mut files = std::collections::HashSet::new();
     for (root, label) in roots.iter().zip(&labels.0) {
-        let root_name = root.display().to_string();
+        let root_name = root_name(root);
         let walker = ignore::WalkBuilder::new(root)
             .require_git(false)
             .sort_by_file_name(|a, b| a.cmp(b))
@@ -543,73 +616,6 @@ fn file_name(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
-}
-
-/// Where progress goes (a terminal bar, or nothing).
-pub trait Progress: Send + Sync {
-    fn start(&self, files: u64);
-    fn advance(&self, files: u64, chunks: u64);
-    fn finish(&self);
-}
-
-/// No progress output.
-pub struct Quiet;
-
-impl Progress for Quiet {
-    fn start(&self, _: u64) {}
-    fn advance(&self, _: u64, _: u64) {}
-    fn finish(&self) {}
-}
-
-/// A progress bar on the terminal: files done of total, chunks, rate and ETA.
-pub struct Bar {
-    bar: indicatif::ProgressBar,
-    chunks: std::sync::atomic::AtomicU64,
-    started: Instant,
-}
-
-impl Bar {
-    pub fn new() -> Self {
-        Self {
-            bar: indicatif::ProgressBar::hidden(),
-            chunks: Default::default(),
-            started: Instant::now(),
-        }
-    }
-}
-
-impl Default for Bar {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Progress for Bar {
-    fn start(&self, files: u64) {
-        self.bar.set_length(files);
-        self.bar
-            .set_draw_target(indicatif::ProgressDrawTarget::stderr());
-        if let Ok(style) = indicatif::ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} files ({per_sec}, eta {eta}) {msg}",
-        ) {
-            self.bar.set_style(style);
-        }
-    }
-
-    fn advance(&self, files: u64, chunks: u64) {
-        let total = self
-            .chunks
-            .fetch_add(chunks, std::sync::atomic::Ordering::Relaxed)
-            + chunks;
-        let rate = total as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
-        self.bar
-            .set_message(format!("{total} chunks, {rate:.0} chunks/s"));
-        self.bar.inc(files);
-    }
-
-    fn finish(&self) {
-        self.bar.finish_and_clear();
-    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,10 @@
 //! The embedded Qdrant engine (`qdrant-edge`): the default vector store, persisted under
 //! `data_dir`, with the same payload and filter model as a Qdrant server.
 //!
-//! One process at a time may hold a store folder open: run `ingest` while the gateway is
-//! stopped (or restart it afterwards), or use a Qdrant server for live re-indexing.
+//! One process at a time may hold a store folder open: the serving gateway holds its own
+//! and writes into it itself (`ingest` beside it hands its work to the gateway).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -11,10 +12,11 @@ use anyhow::{anyhow, bail, Context};
 use qdrant_edge::external::serde_json::{self as edge_json};
 use qdrant_edge::{
     Condition, CountRequest, CreateIndex, Distance, EdgeConfig, EdgeOptimizersConfig, EdgeShard,
-    EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter, JsonPath, Match, NamedQuery,
-    PayloadFieldSchema, PayloadSchemaType, PointId, PointInsertOperations, PointOperations,
-    PointStruct, QueryEnum, QueryRequestBuilder, ScoringQuery, SearchParams, UpdateOperation,
-    VectorInternal, Vectors, WithPayloadInterface,
+    EdgeVectorParams, FieldCondition, FieldIndexOperations, Filter, HasIdCondition, JsonPath,
+    Match, NamedQuery, PayloadFieldSchema, PayloadSchemaType, PointId, PointInsertOperations,
+    PointOperations, PointStruct, QueryEnum, QueryRequestBuilder, RetrieveRequest, ScoringQuery,
+    SearchParams, UpdateOperation, VectorInternal, VectorStructInternal, Vectors,
+    WithPayloadInterface, WithVector,
 };
 use sha2::{Digest, Sha256};
 
@@ -189,22 +191,62 @@ impl VectorStore for EdgeStore {
         .await
     }
 
-    async fn remove_files(&self, files: &[String]) -> anyhow::Result<()> {
+    async fn remove_files_except(&self, files: &[String], keep: &[String]) -> anyhow::Result<()> {
         if self.shard().is_err() {
             return Ok(()); // nothing stored yet
         }
         let files = files.to_vec();
+        let keep: HasIdCondition = keep.iter().map(|id| point_id(id)).collect();
         self.blocking(move |shard| {
             for file in &files {
+                let mut filter = keyword("source_file", file)?;
+                if !keep.has_id.is_empty() {
+                    filter.must_not = Some(vec![Condition::HasId(keep.clone())]);
+                }
                 shard
                     .update(UpdateOperation::PointOperation(
-                        PointOperations::DeletePointsByFilter(keyword("source_file", file)?),
+                        PointOperations::DeletePointsByFilter(filter),
                     ))
                     .map_err(|e| anyhow!("vector delete failed: {e}"))?;
             }
             shard
                 .flush()
                 .map_err(|e| anyhow!("vector store flush failed: {e}"))
+        })
+        .await
+    }
+
+    async fn vectors(&self, chunk_ids: &[String]) -> anyhow::Result<HashMap<String, Vec<f32>>> {
+        if chunk_ids.is_empty() || self.shard().is_err() {
+            return Ok(HashMap::new());
+        }
+        let by_number: HashMap<u64, String> = chunk_ids
+            .iter()
+            .map(|id| (point_number(id), id.clone()))
+            .collect();
+        self.blocking(move |shard| {
+            let ids = by_number.keys().map(|n| PointId::NumId(*n)).collect();
+            let mut request = RetrieveRequest::new(ids);
+            request.with_payload = Some(WithPayloadInterface::Bool(false));
+            request.with_vector = Some(WithVector::Selector(vec![VECTOR.into()]));
+            let records = shard
+                .retrieve(request)
+                .map_err(|e| anyhow!("vector retrieve failed: {e}"))?;
+            Ok(records
+                .into_iter()
+                .filter_map(|r| {
+                    let PointId::NumId(n) = r.id else {
+                        return None;
+                    };
+                    let VectorStructInternal::Named(mut named) = r.vector? else {
+                        return None;
+                    };
+                    let VectorInternal::Dense(vector) = named.remove(VECTOR)? else {
+                        return None;
+                    };
+                    Some((by_number.get(&n)?.clone(), vector))
+                })
+                .collect())
         })
         .await
     }

@@ -24,7 +24,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
+
 use super::fusion::{id_map, rrf, IdMap, Ranked};
+use super::indexes::Indexes;
 use super::{DocType, Hit, KnowledgeChunk, Lang, Languages, LexicalIndex, VectorStore};
 use crate::config::RetrievalSettings;
 use crate::embed::{Embedder, TextKind};
@@ -106,14 +109,12 @@ pub enum DenseState {
 }
 
 pub struct Retriever {
-    lexical: Arc<dyn LexicalIndex>,
-    dense: Option<(Arc<dyn Embedder>, Arc<dyn VectorStore>)>,
+    /// The indexes searched, replaced whole by a refresh (`swap`).
+    indexes: ArcSwap<Indexes>,
     settings: RetrievalSettings,
     /// Languages the embedder reads well.
     embed_langs: Vec<Lang>,
     degraded: Mutex<Option<String>>,
-    /// Why there is no index where one should be.
-    missing: Option<String>,
 }
 
 impl Retriever {
@@ -124,24 +125,43 @@ impl Retriever {
         embed_langs: Vec<Lang>,
     ) -> Self {
         Self {
-            lexical,
-            dense,
+            indexes: ArcSwap::from_pointee(Indexes {
+                lexical,
+                dense,
+                missing: None,
+            }),
             settings,
             embed_langs,
             degraded: Mutex::new(None),
-            missing: None,
         }
     }
 
     /// The same retriever over an index that should be there and is not: readiness says
     /// why.
-    pub fn missing_index(mut self, why: String) -> Self {
-        self.missing = Some(why);
+    pub fn missing_index(self, why: String) -> Self {
+        let mut indexes = Indexes::clone(&self.indexes.load());
+        indexes.missing = Some(why);
+        self.indexes.store(Arc::new(indexes));
         self
     }
 
+    /// The indexes searched now.
+    pub fn indexes(&self) -> Arc<Indexes> {
+        self.indexes.load_full()
+    }
+
+    /// Searches from now on read `indexes`; searches under way finish on the ones they
+    /// started with.
+    pub fn swap(&self, indexes: Indexes) {
+        self.indexes.store(Arc::new(indexes));
+        self.recover();
+    }
+
     pub fn dense_state(&self) -> DenseState {
-        match (&self.dense, self.degraded.lock().map(|d| d.clone())) {
+        match (
+            &self.indexes.load().dense,
+            self.degraded.lock().map(|d| d.clone()),
+        ) {
             (None, _) => DenseState::Disabled,
             (Some(_), Ok(Some(reason))) => DenseState::Degraded(reason),
             (Some(_), _) => DenseState::Ok,
@@ -152,97 +172,23 @@ impl Retriever {
     /// each store for its size), each probe bounded by `wait`. The probes also reset the
     /// dense half's state: a failing one degrades it, all answering recovers it.
     pub async fn readiness(&self, wait: Duration) -> Readiness {
-        use serde_json::json;
-        let secs = wait.as_secs_f64();
-        let lexical_index = match tokio::time::timeout(wait, self.lexical_len()).await {
-            _ if self.missing.is_some() => {
-                json!({"status": "degraded", "chunks": 0, "reason": self.missing})
-            }
-            Ok(Ok(0)) => {
-                json!({"status": "degraded", "chunks": 0, "reason": "the knowledge base is empty: run `assist-gateway ingest PATH`"})
-            }
-            Ok(Ok(n)) => json!({"status": "ok", "chunks": n}),
-            Ok(Err(e)) => json!({"status": "degraded", "reason": format!("{e:#}")}),
-            Err(_) => json!({"status": "degraded", "reason": format!("no answer within {secs} s")}),
-        };
-        let Some((embedder, store)) = &self.dense else {
-            return Readiness {
-                lexical_index,
-                embedder: json!({"status": "disabled", "reason": "embeddings.provider = \"none\": BM25 only"}),
-                vector_store: json!({"status": "disabled", "reason": "no embedder: BM25 only"}),
-            };
-        };
-        let name = embedder.describe();
-        let probe_text = ["readiness probe".to_string()];
-        let (probe, count) = tokio::join!(
-            tokio::time::timeout(wait, embedder.embed(&probe_text, TextKind::Query)),
-            tokio::time::timeout(wait, store.count()),
-        );
-        let mut failure = None;
-        let embedder = match probe {
-            Ok(Ok(v)) => {
-                json!({"status": "ok", "embedder": name, "dimension": v.first().map_or(0, Vec::len)})
-            }
-            Ok(Err(e)) => {
-                let reason = format!("embedder {name}: {e}");
-                failure = Some(reason.clone());
-                json!({"status": "degraded", "embedder": name, "reason": reason})
-            }
-            Err(_) => {
-                let reason = format!("embedder {name} did not answer within {secs} s");
-                failure = Some(reason.clone());
-                json!({"status": "degraded", "embedder": name, "reason": reason})
-            }
-        };
-        let vector_store = match count {
-            Ok(Ok(0)) => {
-                json!({"status": "degraded", "points": 0, "reason": "the vector store is empty: run `assist-gateway ingest PATH`"})
-            }
-            Ok(Ok(n)) => json!({"status": "ok", "points": n}),
-            Ok(Err(e)) => {
-                let reason = format!("vector store: {e:#}");
-                failure.get_or_insert(reason.clone());
-                json!({"status": "degraded", "reason": reason})
-            }
-            Err(_) => {
-                let reason = format!("vector store: no answer within {secs} s");
-                failure.get_or_insert(reason.clone());
-                json!({"status": "degraded", "reason": reason})
-            }
-        };
-        match failure {
+        let probed = self.indexes().probe(wait).await;
+        match probed.failure {
             Some(reason) => self.degrade(reason),
-            None => self.recover(),
+            None if self.indexes.load().dense.is_some() => self.recover(),
+            None => {}
         }
         Readiness {
-            lexical_index,
-            embedder,
-            vector_store,
+            lexical_index: probed.lexical_index,
+            embedder: probed.embedder,
+            vector_store: probed.vector_store,
         }
     }
 
     /// Chunks in each index (lexical, vectors), each asked for at most `wait`; `None`
     /// when it did not answer (or, for vectors, when there is no vector store).
     pub async fn sizes(&self, wait: Duration) -> (Option<u64>, Option<u64>) {
-        let lexical = async {
-            tokio::time::timeout(wait, self.lexical_len())
-                .await
-                .ok()
-                .and_then(Result::ok)
-        };
-        let vectors = async {
-            let (_, store) = self.dense.as_ref()?;
-            tokio::time::timeout(wait, store.count())
-                .await
-                .ok()
-                .and_then(Result::ok)
-        };
-        tokio::join!(lexical, vectors)
-    }
-
-    async fn lexical_len(&self) -> anyhow::Result<u64> {
-        let index = self.lexical.clone();
-        tokio::task::spawn_blocking(move || index.len()).await?
+        self.indexes().sizes(wait).await
     }
 
     /// Records a dense failure; logs it the first time (and when the reason changes).
@@ -265,7 +211,7 @@ impl Retriever {
 
     /// The chunk with this id (a cited source), if the index holds it.
     pub async fn source(&self, chunk_id: &str) -> anyhow::Result<Option<Arc<KnowledgeChunk>>> {
-        let index = self.lexical.clone();
+        let index = self.indexes.load().lexical.clone();
         let id = chunk_id.to_string();
         tokio::task::spawn_blocking(move || index.chunk(&id)).await?
     }
@@ -294,19 +240,20 @@ impl Retriever {
         let query = bounded(query, self.settings.max_query_chars);
         let query = query.as_ref();
         let lang = Lang::detect(query);
-        let weights = self.weights(mode, lang);
+        let ix = self.indexes();
+        let weights = self.weights(&ix, mode, lang);
         // No embedding call when no dense list would count. The query is embedded while
         // BM25 searches: the dense half's deadline covers both its steps.
         let started = Instant::now();
         let vector = async {
             if weights.wants_vector() {
-                self.query_vector(query).await
+                self.query_vector(&ix, query).await
             } else {
                 None
             }
         };
-        let embedding = (weights.wants_vector() && self.dense.is_some()).then_some(started);
-        self.search_prepared(query, lang, vector, weights, top, embedding)
+        let embedding = (weights.wants_vector() && ix.dense.is_some()).then_some(started);
+        self.search_prepared(&ix, query, lang, vector, weights, top, embedding)
             .await
     }
 
@@ -322,15 +269,16 @@ impl Retriever {
         let query = bounded(query, self.settings.max_query_chars);
         let query = query.as_ref();
         let lang = Lang::detect(query);
-        let weights = self.weights(mode, lang);
+        let ix = self.indexes();
+        let weights = self.weights(&ix, mode, lang);
         let vector = async { vector.map(<[f32]>::to_vec) };
-        self.search_prepared(query, lang, vector, weights, top, None)
+        self.search_prepared(&ix, query, lang, vector, weights, top, None)
             .await
             .map(|f| f.hits)
     }
 
-    fn weights(&self, mode: Mode, lang: Lang) -> Weights {
-        let reads_query = self.dense.is_some() && self.embed_langs.contains(&lang);
+    fn weights(&self, ix: &Indexes, mode: Mode, lang: Lang) -> Weights {
+        let reads_query = ix.dense.is_some() && self.embed_langs.contains(&lang);
         let dense = if reads_query {
             self.settings.dense_weight
         } else {
@@ -365,8 +313,10 @@ impl Retriever {
     /// half (it, then the vector store) has `retrieval.deadline_ms`, past which BM25
     /// answers alone. `embedding` is when the query's embedding was asked for, when it was
     /// (part of the dense lists' time).
+    #[allow(clippy::too_many_arguments)]
     async fn search_prepared(
         &self,
+        ix: &Indexes,
         query: &str,
         lang: Lang,
         vector: impl std::future::Future<Output = Option<Vec<f32>>>,
@@ -382,7 +332,7 @@ impl Retriever {
             if weights.lexical <= 0.0 {
                 return Ok(Vec::new());
             }
-            let hits = self.lexical_hits(query, lang, n).await;
+            let hits = self.lexical_hits(ix, query, lang, n).await;
             if let Ok(hits) = &hits {
                 lexical_span.set("assist.candidates", hits.len() as i64);
             }
@@ -403,7 +353,7 @@ impl Retriever {
                 return (Vec::new(), 0);
             };
             let hits = match weights.cross_offset {
-                None => (self.vector_hits(v, n, Languages::All).await, 0),
+                None => (self.vector_hits(ix, v, n, Languages::All).await, 0),
                 Some(offset) => {
                     let others: Vec<&str> = Lang::ALL
                         .iter()
@@ -411,8 +361,8 @@ impl Retriever {
                         .map(|l| l.code())
                         .collect();
                     let (own, across) = tokio::join!(
-                        self.vector_hits(v, n, Languages::NotIn(&others)),
-                        self.vector_hits(v, n, Languages::In(&others)),
+                        self.vector_hits(ix, v, n, Languages::NotIn(&others)),
+                        self.vector_hits(ix, v, n, Languages::In(&others)),
                     );
                     let merged = with_offset(own, across, offset, n);
                     let across = merged
@@ -447,7 +397,7 @@ impl Retriever {
         drop((lexical_span, dense_span));
         let (lexical_weight, lexical) =
             if weights.bm25_stands_in && weights.lexical <= 0.0 && dense.is_empty() {
-                (1.0, self.lexical_hits(query, lang, n).await?)
+                (1.0, self.lexical_hits(ix, query, lang, n).await?)
             } else {
                 (weights.lexical, lexical?)
             };
@@ -478,17 +428,23 @@ impl Retriever {
     }
 
     /// BM25's `n` best chunks for `query`, read as `lang`.
-    async fn lexical_hits(&self, query: &str, lang: Lang, n: usize) -> anyhow::Result<Vec<Hit>> {
+    async fn lexical_hits(
+        &self,
+        ix: &Indexes,
+        query: &str,
+        lang: Lang,
+        n: usize,
+    ) -> anyhow::Result<Vec<Hit>> {
         let started = Instant::now();
         let small = query.len() <= INLINE_SEARCH_BYTES
-            && self
+            && ix
                 .lexical
                 .len()
                 .is_ok_and(|docs| docs <= INLINE_SEARCH_DOCS);
         let hits = if small {
-            self.lexical.search(query, lang, n)
+            ix.lexical.search(query, lang, n)
         } else {
-            let index = self.lexical.clone();
+            let index = ix.lexical.clone();
             let q = query.to_string();
             // A request dropped (its client gone) before the search started skips it.
             let wanted = Arc::new(AtomicBool::new(true));
@@ -507,8 +463,8 @@ impl Retriever {
     }
 
     /// The query's vector, or `None` (and degraded) when the embedder fails.
-    async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
-        let (embedder, _) = self.dense.as_ref()?;
+    async fn query_vector(&self, ix: &Indexes, query: &str) -> Option<Vec<f32>> {
+        let (embedder, _) = ix.dense.as_ref()?;
         match embedder.embed(&[query.to_string()], TextKind::Query).await {
             Ok(mut v) if !v.is_empty() => Some(v.swap_remove(0)),
             Ok(_) => {
@@ -522,8 +478,14 @@ impl Retriever {
         }
     }
 
-    async fn vector_hits(&self, vector: &[f32], n: usize, languages: Languages<'_>) -> Vec<Hit> {
-        let Some((_, store)) = &self.dense else {
+    async fn vector_hits(
+        &self,
+        ix: &Indexes,
+        vector: &[f32],
+        n: usize,
+        languages: Languages<'_>,
+    ) -> Vec<Hit> {
+        let Some((_, store)) = &ix.dense else {
             return Vec::new();
         };
         match store.search(vector, n, languages).await {

@@ -5,6 +5,7 @@
 pub mod edge;
 pub mod fusion;
 pub mod hybrid;
+pub mod indexes;
 pub mod lang;
 pub mod lexical;
 pub mod qdrant_server;
@@ -144,7 +145,19 @@ pub trait VectorStore: Send + Sync {
     /// Inserts or replaces points (keyed by chunk id).
     async fn upsert(&self, points: Vec<VectorPoint>) -> anyhow::Result<()>;
     /// Removes every point of these files.
-    async fn remove_files(&self, files: &[String]) -> anyhow::Result<()>;
+    async fn remove_files(&self, files: &[String]) -> anyhow::Result<()> {
+        self.remove_files_except(files, &[]).await
+    }
+    /// Removes every point of these files but the chunks `keep` names (what a changed
+    /// file still holds, written before its old points go).
+    async fn remove_files_except(&self, files: &[String], keep: &[String]) -> anyhow::Result<()>;
+    /// The stored vectors of those of these chunks that are stored, by chunk id: a chunk
+    /// id is a hash of its file, section and text, so a chunk found keeps its vector and
+    /// is not embedded again.
+    async fn vectors(
+        &self,
+        chunk_ids: &[String],
+    ) -> anyhow::Result<std::collections::HashMap<String, Vec<f32>>>;
     /// The `top_n` nearest chunks among those `languages` lets through.
     async fn search(
         &self,

@@ -2,14 +2,15 @@
 //! several gateway replicas sharing one knowledge base. Same payload and filters as the
 //! embedded engine; the server builds its own HNSW index.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context};
 use qdrant_client::qdrant::{
-    vectors_config, Condition, CountPointsBuilder, CreateCollectionBuilder,
-    CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance, FieldType, Filter,
-    PointStruct, SearchParamsBuilder, SearchPointsBuilder, UpsertPointsBuilder,
-    VectorParamsBuilder,
+    point_id, vector_output, vectors_config, vectors_output, Condition, CountPointsBuilder,
+    CreateCollectionBuilder, CreateFieldIndexCollectionBuilder, DeletePointsBuilder, Distance,
+    FieldType, Filter, GetPointsBuilder, PointId, PointStruct, SearchParamsBuilder,
+    SearchPointsBuilder, UpsertPointsBuilder, VectorParamsBuilder,
 };
 use qdrant_client::{Payload, Qdrant};
 
@@ -129,24 +130,61 @@ impl VectorStore for QdrantServerStore {
         Ok(())
     }
 
-    async fn remove_files(&self, files: &[String]) -> anyhow::Result<()> {
+    async fn remove_files_except(&self, files: &[String], keep: &[String]) -> anyhow::Result<()> {
         if files.is_empty() || !self.exists().await? {
             return Ok(());
         }
+        let keep: Vec<PointId> = keep.iter().map(|id| point_number(id).into()).collect();
         for file in files {
+            let mut filter = Filter::must([Condition::matches("source_file", file.clone())]);
+            if !keep.is_empty() {
+                filter.must_not = vec![Condition::has_id(keep.clone())];
+            }
             self.client
                 .delete_points(
                     DeletePointsBuilder::new(self.collection.as_str())
-                        .points(Filter::must([Condition::matches(
-                            "source_file",
-                            file.clone(),
-                        )]))
+                        .points(filter)
                         .wait(true),
                 )
                 .await
                 .map_err(|e| self.err("delete failed", e))?;
         }
         Ok(())
+    }
+
+    async fn vectors(&self, chunk_ids: &[String]) -> anyhow::Result<HashMap<String, Vec<f32>>> {
+        if chunk_ids.is_empty() || !self.exists().await? {
+            return Ok(HashMap::new());
+        }
+        let by_number: HashMap<u64, &String> =
+            chunk_ids.iter().map(|id| (point_number(id), id)).collect();
+        let ids: Vec<PointId> = by_number.keys().map(|n| (*n).into()).collect();
+        let response = self
+            .client
+            .get_points(
+                GetPointsBuilder::new(self.collection.as_str(), ids)
+                    .with_vectors(true)
+                    .with_payload(false),
+            )
+            .await
+            .map_err(|e| self.err("retrieve failed", e))?;
+        Ok(response
+            .result
+            .into_iter()
+            .filter_map(|p| {
+                let Some(point_id::PointIdOptions::Num(n)) = p.id?.point_id_options else {
+                    return None;
+                };
+                let output = match p.vectors?.vectors_options? {
+                    vectors_output::VectorsOptions::Vector(v) => v,
+                    vectors_output::VectorsOptions::Vectors(_) => return None,
+                };
+                let vector_output::Vector::Dense(dense) = output.into_vector() else {
+                    return None;
+                };
+                Some((by_number.get(&n)?.to_string(), dense.data))
+            })
+            .collect())
     }
 
     async fn search(

@@ -21,14 +21,26 @@ use governor::{Quota, RateLimiter};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::config::ServerSettings;
+use crate::config::{ServerSettings, SessionBackend, SessionSettings};
 use crate::error::GatewayError;
+use crate::sessions::shared_limits::{SharedLimits, LEASE};
 use crate::sessions::Owner;
 
 /// The accepted keys, as digests, each with its name and limits.
 pub struct Keys {
     digests: Vec<[u8; 32]>,
     ids: Vec<Arc<KeyId>>,
+    /// `server.admin_keys`: operator keys, accepted wherever an API key is.
+    admin: Vec<[u8; 32]>,
+}
+
+/// Who may reach the operator routes (`/metrics`, `/v1/knowledge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operator {
+    /// An operator key was presented.
+    Key,
+    /// No keys of either kind are set: the gateway is open, these routes with it.
+    Open,
 }
 
 /// What an accepted key is known as: its name (never the key) and its own limits.
@@ -67,7 +79,45 @@ impl Keys {
                 })
             })
             .collect();
-        Arc::new(Self { digests, ids })
+        let admin = server.admin_keys.iter().map(|k| digest(k.trim())).collect();
+        Arc::new(Self {
+            digests,
+            ids,
+            admin,
+        })
+    }
+
+    /// Whether a request may reach the operator routes: with `server.admin_keys` set, an
+    /// operator key is needed (401 without a key or with an unknown one, 403 with an API
+    /// key); with only `server.api_keys`, nobody over the network (403); with neither,
+    /// anyone, as every route of an open gateway.
+    pub fn operator(&self, header: Option<&str>) -> Result<Operator, GatewayError> {
+        if self.admin.is_empty() {
+            return if self.digests.is_empty() {
+                Ok(Operator::Open)
+            } else {
+                Err(GatewayError::forbidden(
+                    "operator_only",
+                    "this route needs an operator key and none is set (server.admin_keys)",
+                ))
+            };
+        }
+        let Some(key) = bearer(header) else {
+            return Err(GatewayError::unauthorized(
+                "missing operator key: send Authorization: Bearer <key>",
+            ));
+        };
+        let presented = digest(key);
+        if any_equal(&self.admin, &presented) {
+            Ok(Operator::Key)
+        } else if any_equal(&self.digests, &presented) {
+            Err(GatewayError::forbidden(
+                "operator_only",
+                "this route needs an operator key (server.admin_keys), not an API key",
+            ))
+        } else {
+            Err(GatewayError::unauthorized("invalid API key"))
+        }
     }
 
     /// The name and limits of the key a caller presented (`None` for a caller known by
@@ -98,16 +148,20 @@ impl Keys {
             ));
         };
         let presented = digest(key);
-        let accepted = self
-            .digests
-            .iter()
-            .fold(false, |ok, d| ok | bool::from(d.ct_eq(&presented)));
+        let accepted = any_equal(&self.digests, &presented) | any_equal(&self.admin, &presented);
         if accepted {
             Ok(presented)
         } else {
             Err(GatewayError::unauthorized("invalid API key"))
         }
     }
+}
+
+/// Whether `presented` is one of `digests`, compared with every one in constant time.
+fn any_equal(digests: &[[u8; 32]], presented: &[u8; 32]) -> bool {
+    digests
+        .iter()
+        .fold(false, |ok, d| ok | bool::from(d.ct_eq(presented)))
 }
 
 fn digest(key: &str) -> [u8; 32] {
@@ -136,6 +190,18 @@ impl Caller {
         match self {
             Caller::Key(digest) => Owner::key(digest),
             _ => Owner::shared(),
+        }
+    }
+}
+
+impl Caller {
+    /// Who the caller is in counts shared through Redis: the key's whole digest, or the
+    /// address (never the key itself).
+    fn shared_id(&self) -> String {
+        match self {
+            Caller::Key(digest) => digest.iter().map(|b| format!("{b:02x}")).collect(),
+            Caller::Ip(ip) => format!("ip:{ip}"),
+            Caller::Unknown => "unknown".into(),
         }
     }
 }
@@ -175,6 +241,8 @@ pub struct Limits {
     by_key: bool,
     per_minute: u32,
     requests: Option<Limiter>,
+    /// Counted in Redis, shared by every replica (sessions in Redis); else in this process.
+    shared: Option<Arc<SharedLimits>>,
     max_streams: usize,
     /// Streams open per caller; a caller with none has no entry.
     streams: Mutex<HashMap<Caller, usize>>,
@@ -182,23 +250,34 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The limits the settings ask for, or `None` when both are off.
-    pub fn from_settings(server: &ServerSettings) -> Option<Arc<Self>> {
+    /// The limits the settings ask for, or `None` when both are off. With the sessions in
+    /// Redis they are counted there, across replicas.
+    pub fn from_settings(
+        server: &ServerSettings,
+        sessions: &SessionSettings,
+    ) -> anyhow::Result<Option<Arc<Self>>> {
         let requests = NonZeroU32::new(server.rate_limit_per_minute).map(|n| {
             RateLimiter::dashmap(Quota::per_minute(n))
                 .with_middleware::<StateInformationMiddleware>()
         });
         if requests.is_none() && server.max_streams_per_key == 0 {
-            return None;
+            return Ok(None);
         }
-        Some(Arc::new(Self {
+        let shared = match (sessions.backend, &sessions.redis_url) {
+            (SessionBackend::Redis, Some(url)) => {
+                Some(Arc::new(SharedLimits::new(url, &sessions.redis_prefix)?))
+            }
+            _ => None,
+        };
+        Ok(Some(Arc::new(Self {
             by_key: !server.api_keys.is_empty(),
             per_minute: server.rate_limit_per_minute,
             requests,
+            shared,
             max_streams: server.max_streams_per_key as usize,
             streams: Mutex::new(HashMap::new()),
             checks: AtomicU64::new(0),
-        }))
+        })))
     }
 
     /// The per-minute limit (0: none).
@@ -208,8 +287,21 @@ impl Limits {
 
     /// Counts one request of `caller`: what it may still do, or a 429 (`retry_after`
     /// set) when it is over its per-minute limit.
-    pub fn admit(self: &Arc<Self>, caller: &Caller) -> Result<Admitted, GatewayError> {
-        let remaining = self.check_request(caller).map_err(|retry_after| {
+    pub async fn admit(self: &Arc<Self>, caller: &Caller) -> Result<Admitted, GatewayError> {
+        let checked = match &self.shared {
+            Some(shared) if self.per_minute > 0 => {
+                match shared.request(&caller.shared_id(), self.per_minute).await {
+                    Ok(checked) => checked.map(Some),
+                    Err(e) => {
+                        // Limits never take the gateway down: the request passes, said.
+                        tracing::warn!(error = %format!("{e:#}"), "rate limits: redis did not answer; the request is let through");
+                        Ok(None)
+                    }
+                }
+            }
+            _ => self.check_request(caller),
+        };
+        let remaining = checked.map_err(|retry_after| {
             metrics::counter!("assist_rate_limited_total", "limit" => "requests").increment(1);
             tracing::warn!(
                 caller = %caller,
@@ -253,14 +345,36 @@ impl Limits {
         }
     }
 
-    fn claim_stream(self: &Arc<Self>, caller: &Caller) -> Option<StreamSlot> {
+    /// One of `caller`'s stream slots, or `None` when all are taken: in Redis (held by a
+    /// lease renewed while the slot lives) when shared, else in this process.
+    async fn claim_stream(self: &Arc<Self>, caller: &Caller) -> Option<StreamSlot> {
+        if let Some(shared) = &self.shared {
+            let id = uuid::Uuid::new_v4().to_string();
+            let who = caller.shared_id();
+            return match shared.claim(&who, self.max_streams, &id).await {
+                Ok(true) => Some(StreamSlot::Shared(SharedSlot::hold(
+                    shared.clone(),
+                    who,
+                    id,
+                ))),
+                Ok(false) => None,
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "stream limits: redis did not answer; the stream is let through");
+                    Some(StreamSlot::Unlimited)
+                }
+            };
+        }
+        self.claim_local(caller)
+    }
+
+    fn claim_local(self: &Arc<Self>, caller: &Caller) -> Option<StreamSlot> {
         let mut open = self.streams.lock().unwrap_or_else(|e| e.into_inner());
         let n = open.entry(caller.clone()).or_default();
         if *n >= self.max_streams {
             return None;
         }
         *n += 1;
-        Some(StreamSlot {
+        Some(StreamSlot::Local {
             limits: self.clone(),
             caller: caller.clone(),
         })
@@ -277,23 +391,75 @@ pub struct Admitted {
 
 /// One of a caller's stream slots, given back when dropped (the stream ended, failed, or
 /// its client went away).
-pub struct StreamSlot {
-    limits: Arc<Limits>,
-    caller: Caller,
+pub enum StreamSlot {
+    Local {
+        limits: Arc<Limits>,
+        caller: Caller,
+    },
+    Shared(SharedSlot),
+    /// Redis did not answer: the stream was let through uncounted.
+    Unlimited,
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        let mut open = self
-            .limits
-            .streams
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = open.get_mut(&self.caller) {
+        let StreamSlot::Local { limits, caller } = self else {
+            return;
+        };
+        let mut open = limits.streams.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = open.get_mut(caller) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                open.remove(&self.caller);
+                open.remove(caller);
             }
+        }
+    }
+}
+
+/// A slot held in Redis: its lease renewed while it lives, given back when dropped.
+pub struct SharedSlot {
+    shared: Arc<SharedLimits>,
+    caller: String,
+    id: String,
+    renewing: tokio::task::JoinHandle<()>,
+}
+
+impl SharedSlot {
+    fn hold(shared: Arc<SharedLimits>, caller: String, id: String) -> Self {
+        let renewing = {
+            let (shared, caller, id) = (shared.clone(), caller.clone(), id.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(LEASE / 3).await;
+                    if let Err(e) = shared.renew(&caller, &id).await {
+                        tracing::warn!(error = %format!("{e:#}"), "stream limits: could not renew a slot's lease");
+                    }
+                }
+            })
+        };
+        Self {
+            shared,
+            caller,
+            id,
+            renewing,
+        }
+    }
+}
+
+impl Drop for SharedSlot {
+    fn drop(&mut self) {
+        self.renewing.abort();
+        let (shared, caller, id) = (
+            self.shared.clone(),
+            std::mem::take(&mut self.caller),
+            std::mem::take(&mut self.id),
+        );
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = shared.release(&caller, &id).await {
+                    tracing::warn!(error = %format!("{e:#}"), "stream limits: a slot is freed when its lease ends");
+                }
+            });
         }
     }
 }
@@ -309,8 +475,8 @@ pub struct StreamGate {
 impl StreamGate {
     /// One of the caller's stream slots, held as long as the stream lives; a 429 with
     /// `retry-after` when all are taken.
-    pub fn claim(&self) -> Result<StreamSlot, GatewayError> {
-        if let Some(slot) = self.limits.claim_stream(&self.caller) {
+    pub async fn claim(&self) -> Result<StreamSlot, GatewayError> {
+        if let Some(slot) = self.limits.claim_stream(&self.caller).await {
             return Ok(slot);
         }
         metrics::counter!("assist_rate_limited_total", "limit" => "streams").increment(1);
@@ -349,17 +515,50 @@ mod key_tests {
         let keys = Keys {
             digests: vec![digest("k1"), digest("k2")],
             ids: Vec::new(),
+            admin: vec![digest("op")],
         };
         assert_eq!(keys.check(Some("Bearer k2")).ok(), Some(digest("k2")));
-        for wrong in ["Bearer k", "Bearer k22", "Bearer ", "k1"] {
+        assert_eq!(keys.check(Some("Bearer op")).ok(), Some(digest("op")));
+        for wrong in ["Bearer k", "Bearer k22", "Bearer ", "k1", "Bearer o"] {
             assert!(keys.check(Some(wrong)).is_err(), "{wrong}");
         }
         assert!(Keys {
             digests: vec![],
-            ids: vec![]
+            ids: vec![],
+            admin: vec![],
         }
         .check(Some("Bearer k1"))
         .is_err());
+    }
+
+    #[test]
+    fn operator_routes_take_operator_keys_only() {
+        let keys = Keys {
+            digests: vec![digest("k1")],
+            ids: Vec::new(),
+            admin: vec![digest("op")],
+        };
+        assert_eq!(keys.operator(Some("Bearer op")), Ok(Operator::Key));
+        let status = |h| keys.operator(h).map_err(|e| e.status.as_u16());
+        assert_eq!(status(Some("Bearer k1")), Err(403));
+        assert_eq!(status(Some("Bearer nope")), Err(401));
+        assert_eq!(status(None), Err(401));
+        let only_api = Keys {
+            admin: vec![],
+            ..keys
+        };
+        assert_eq!(
+            only_api
+                .operator(Some("Bearer k1"))
+                .map_err(|e| e.status.as_u16()),
+            Err(403)
+        );
+        let open = Keys {
+            digests: vec![],
+            ids: vec![],
+            admin: vec![],
+        };
+        assert_eq!(open.operator(None), Ok(Operator::Open));
     }
 
     #[test]
@@ -376,24 +575,22 @@ mod tests {
 
     #[test]
     fn stream_slots_are_given_back_when_dropped() {
-        let mut server = crate::config::Settings::load_without_env(None)
-            .unwrap()
-            .server;
+        let settings = crate::config::Settings::load_without_env(None).unwrap();
+        let mut server = settings.server;
         server.max_streams_per_key = 2;
-        let limits = Limits::from_settings(&server).unwrap();
+        let limits = Limits::from_settings(&server, &settings.sessions)
+            .unwrap()
+            .unwrap();
         let a = Caller::Ip([127, 0, 0, 1].into());
         let b = Caller::Ip([127, 0, 0, 2].into());
-        let one = limits.claim_stream(&a).unwrap();
-        let _two = limits.claim_stream(&a).unwrap();
-        assert!(limits.claim_stream(&a).is_none(), "a third is refused");
+        let one = limits.claim_local(&a).unwrap();
+        let _two = limits.claim_local(&a).unwrap();
+        assert!(limits.claim_local(&a).is_none(), "a third is refused");
         assert!(
-            limits.claim_stream(&b).is_some(),
+            limits.claim_local(&b).is_some(),
             "other callers are unaffected"
         );
         drop(one);
-        assert!(
-            limits.claim_stream(&a).is_some(),
-            "a freed slot is reusable"
-        );
+        assert!(limits.claim_local(&a).is_some(), "a freed slot is reusable");
     }
 }

@@ -127,7 +127,7 @@ pub async fn start(
     turn.request.whole = !stream;
     if stream {
         if let Some(gate) = gate {
-            log.stream_slot = Some(gate.claim()?);
+            log.stream_slot = Some(gate.claim().await?);
         }
     }
     // Boxed: the pipeline's future is kilobytes, and every future that held it inline

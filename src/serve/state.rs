@@ -27,6 +27,8 @@ pub struct AppState {
     pub limits: Option<Arc<Limits>>,
     /// Usage per API key and the keys' own limits (`None`: no keys, or not counted).
     pub usage: Option<Arc<crate::sessions::usage::Usage>>,
+    /// The knowledge index this gateway keeps current (`None`: a state built without one).
+    pub knowledge: Option<crate::ingest::live::Keeper>,
 }
 
 impl AppState {
@@ -35,22 +37,23 @@ impl AppState {
         pipeline: Pipeline,
         retriever: Arc<Retriever>,
         embedder: Option<Arc<dyn Embedder>>,
-    ) -> Self {
+    ) -> anyhow::Result<Self> {
         let embedding_slots = Arc::new(tokio::sync::Semaphore::new(
             settings.server.max_concurrent_embeddings,
         ));
-        Self {
+        Ok(Self {
             embedding_slots,
             keys: Keys::from_settings(&settings.server),
-            limits: Limits::from_settings(&settings.server),
+            limits: Limits::from_settings(&settings.server, &settings.sessions)?,
             usage: None,
+            knowledge: None,
             settings: Arc::new(settings),
             pipeline: Arc::new(pipeline),
             retriever,
             embedder,
             started: chrono::Utc::now(),
             eval_running: Arc::default(),
-        }
+        })
     }
 
     pub fn started_rfc3339(&self) -> String {

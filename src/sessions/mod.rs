@@ -12,7 +12,9 @@
 //! session's earlier one at most `sessions.wait_secs`.
 
 pub mod embedded;
+mod link;
 pub mod redis;
+pub mod shared_limits;
 pub mod usage;
 
 use std::collections::HashMap;

@@ -11,7 +11,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use anyhow::Context;
 use async_trait::async_trait;
@@ -295,8 +294,7 @@ impl UsageStore for EmbeddedUsage {
 
 /// Usage in Redis, shared by every replica that uses it.
 pub struct RedisUsage {
-    client: redis::Client,
-    connection: tokio::sync::OnceCell<redis::aio::ConnectionManager>,
+    link: super::link::Link,
     prefix: String,
 }
 
@@ -305,25 +303,14 @@ const SEP: char = '\u{1f}';
 
 impl RedisUsage {
     pub fn new(url: &str, prefix: &str) -> anyhow::Result<Self> {
-        let client = redis::Client::open(url).context("sessions.redis_url is not a Redis URL")?;
         Ok(Self {
-            client,
-            connection: tokio::sync::OnceCell::new(),
+            link: super::link::Link::new(url)?,
             prefix: prefix.to_string(),
         })
     }
 
     async fn connection(&self) -> anyhow::Result<redis::aio::ConnectionManager> {
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
-            .set_number_of_retries(2);
-        let manager = self
-            .connection
-            .get_or_try_init(|| self.client.get_connection_manager_with_config(config))
-            .await
-            .context("usage: cannot reach redis")?;
-        Ok(manager.clone())
+        self.link.connection("usage").await
     }
 
     fn day_key(&self, key: &str, day: &str) -> String {

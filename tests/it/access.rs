@@ -1,5 +1,5 @@
-//! Access: keys, per-key rate limits and stream limits, TLS, and input hardening
-//! (`n`, slow headers, slow bodies).
+//! Access: keys, per-key rate limits and stream limits (shared by replicas on Redis), TLS,
+//! and input hardening (`n`, slow headers, slow bodies).
 
 use std::time::Duration;
 
@@ -539,4 +539,57 @@ fn bad_certificates_and_keys_are_refused_naming_the_setting() {
     server.tls_key = Some(tls.cert.clone());
     let e = assist_gateway::http::tls_acceptor(server).err().unwrap();
     assert_eq!(e.key, "server.tls_key", "{e}");
+}
+
+/// With the sessions in Redis, `server.rate_limit_per_minute` and
+/// `server.max_streams_per_key` are counted there: two replicas let a key through as often
+/// as one would, and a stream held open on one takes the key's slot on the other.
+#[tokio::test]
+async fn replicas_sharing_redis_share_each_keys_limits() {
+    let Some(redis) = RedisServer::start() else {
+        return;
+    };
+    let up = ScriptedUpstream::start().await;
+    up.set_default(Reply::tokens(&["fine"]));
+    let url = redis.url();
+    let prefix = format!("t{}:", uuid::Uuid::new_v4().simple());
+    let on_redis = |s: &mut assist_gateway::config::Settings| {
+        s.server.api_keys = vec!["sk-a".into(), "sk-b".into(), "sk-c".into()];
+        s.server.rate_limit_per_minute = 6;
+        s.server.max_streams_per_key = 1;
+        s.sessions.backend = assist_gateway::config::SessionBackend::Redis;
+        s.sessions.redis_url = Some(url.clone());
+        s.sessions.redis_prefix = prefix.clone();
+    };
+    let a = Gateway::start(&up, Provider::Ollama, on_redis).await;
+    let b = Gateway::start(&up, Provider::Ollama, on_redis).await;
+
+    // Six answers for sk-a, three on each replica; the seventh is refused on either.
+    for gw in [&a, &b, &a, &b, &a, &b] {
+        let r = call(gw, "/v1/chat/completions", Some("sk-a"), &chat(false)).await;
+        assert_eq!(r.status(), 200);
+    }
+    for gw in [&a, &b] {
+        let r = call(gw, "/v1/chat/completions", Some("sk-a"), &chat(false)).await;
+        let wait = retry_after(&r);
+        assert!((1..=15).contains(&wait), "retry-after {wait}");
+        assert_limited(r, "/v1/chat/completions").await;
+    }
+    // Another key has its own count.
+    let r = call(&b, "/api/chat", Some("sk-b"), &chat(false)).await;
+    assert_eq!(r.status(), 200);
+
+    // sk-c holds its one stream open on replica a: replica b refuses it a second one.
+    up.push(Reply::Endless(Duration::from_millis(20)));
+    let mut held = call(&a, "/v1/chat/completions", Some("sk-c"), &chat(true)).await;
+    assert_eq!(held.status(), 200);
+    assert!(!read_some(&mut held, 1).await.is_empty());
+    let r = call(&b, "/v1/chat/completions", Some("sk-c"), &chat(true)).await;
+    assert_limited(r, "/v1/chat/completions").await;
+    // Given back when its client goes away, on every replica.
+    drop(held);
+    assert!(eventually(10, || up.cancelled() >= 1).await);
+    let r = open_stream_eventually(&b, "/v1/chat/completions", Some("sk-c")).await;
+    let events = sse_events(&r.text().await.unwrap());
+    assert_eq!(events.last().unwrap(), "[DONE]");
 }

@@ -39,6 +39,7 @@ mod ingest_scale;
 mod key_usage;
 mod knowledge;
 mod layers;
+mod live_knowledge;
 mod logs;
 mod mcp;
 mod metrics;
