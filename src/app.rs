@@ -346,6 +346,17 @@ fn pipeline_over(
     })
 }
 
+/// Stops the knowledge refreshes when dropped.
+struct StopOnDrop(Option<Keeper>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(keeper) = &self.0 {
+            keeper.stop();
+        }
+    }
+}
+
 /// Starts keeping the knowledge current: refreshes, and the watcher when
 /// `knowledge.watch` is on (stopped when the returned guard is dropped).
 fn keep_knowledge(state: &AppState) -> anyhow::Result<Option<crate::ingest::watch::Watcher>> {
@@ -357,13 +368,20 @@ fn keep_knowledge(state: &AppState) -> anyhow::Result<Option<crate::ingest::watc
     if !k.watch {
         return Ok(None);
     }
-    let watcher = crate::ingest::watch::Watcher::start(
+    // A source that cannot be watched (gone, or past the system's inotify watches) is
+    // said, and the gateway serves and refreshes on demand all the same.
+    match crate::ingest::watch::Watcher::start(
         keeper.clone(),
         &state.settings.data_dir,
         Rules::from_settings(&state.settings)?.exclude,
         k.watch_debounce,
-    )?;
-    Ok(Some(watcher))
+    ) {
+        Ok(watcher) => Ok(Some(watcher)),
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "knowledge.watch: the sources are not watched; POST /v1/knowledge/refresh refreshes them");
+            Ok(None)
+        }
+    }
 }
 
 /// Serves HTTP until `shutdown` resolves, then lets open streams finish for at most
@@ -386,6 +404,8 @@ pub async fn serve_all(
 ) -> std::io::Result<()> {
     use futures::FutureExt;
     let shutdown = shutdown.shared();
+    // Stops the refreshes however serving ends (this future may be dropped).
+    let _stop = StopOnDrop(state.knowledge.clone());
     let keeping = keep_knowledge(&state).map_err(std::io::Error::other)?;
     let grpc = async {
         match grpc {
@@ -406,9 +426,6 @@ pub async fn serve_all(
         control
     );
     drop(keeping);
-    if let Some(keeper) = &state.knowledge {
-        keeper.stop();
-    }
     served?;
     Ok(())
 }

@@ -35,7 +35,7 @@ use super::pb::{self, AgentRequest, AgentResponse};
 use crate::error::GatewayError;
 use crate::llm::{ToolCall, UpstreamRequest};
 use crate::pipeline::ChatTurn;
-use crate::serve::access::{Caller, Keys, StreamGate};
+use crate::serve::access::{Caller, Keys, Limits, StreamGate};
 use crate::serve::chat::{self, ChatLog, End, Piece, Render};
 use crate::serve::{bounds, evaluation, AppState};
 use crate::sessions::Owner;
@@ -184,18 +184,20 @@ struct Admitted {
     counted: Caller,
 }
 
-/// The key check, on a call's metadata before its message is
+/// The key check and the per-minute limit, on a call's metadata before its message is
 /// read: who calls (the key in `authorization` metadata when keys are set, else the
 /// peer's address). A refused call is logged and counted, never read.
 #[derive(Clone)]
 pub struct Admission {
     keys: Arc<Keys>,
+    limits: Option<Arc<Limits>>,
 }
 
 impl Admission {
     pub fn new(state: &AppState) -> Self {
         Self {
             keys: state.keys.clone(),
+            limits: state.limits.clone(),
         }
     }
 
@@ -214,9 +216,15 @@ impl Admission {
                     .map(|ConnectInfo(addr)| *addr),
             )
         };
+        // Counted here, before the message is read, when the limits are this process's;
+        // counted in Redis, they are awaited in the handler (`within_limits`).
+        let gate = match self.limits.as_ref().and_then(|l| l.admit_here(&caller)) {
+            Some(admitted) => admitted?.gate,
+            None => None,
+        };
         Ok(Admitted {
             owner: caller.owner(),
-            gate: None,
+            gate,
             caller: matches!(caller, Caller::Key(_)).then_some(caller.clone()),
             counted: caller,
         })
@@ -228,8 +236,8 @@ impl Engine {
     /// they may be counted in Redis); a refused call is logged and counted, its message
     /// never used.
     async fn within_limits<T>(&self, request: &mut Request<T>) -> Result<(), Status> {
-        let Some(limits) = &self.state.limits else {
-            return Ok(());
+        let Some(limits) = self.state.limits.as_ref().filter(|l| l.shared()) else {
+            return Ok(()); // counted by the interceptor
         };
         let started = Instant::now();
         let Some(admitted) = request.extensions_mut().get_mut::<Admitted>() else {
@@ -240,20 +248,23 @@ impl Engine {
                 admitted.gate = counted.gate;
                 Ok(())
             }
-            Err(e) => {
-                let status = e.status.as_u16();
-                telemetry::request("grpc".into(), status, started.elapsed());
-                tracing::info!(
-                    request_id = request_id(request.metadata()),
-                    dialect = "grpc",
-                    status,
-                    error = e.code.unwrap_or(e.kind),
-                    "call refused"
-                );
-                Err(self::status(&e))
-            }
+            Err(e) => Err(refused(request.metadata(), &e, started)),
         }
     }
+}
+
+/// A call refused before it is read (its key, its limits): logged, counted, its status.
+fn refused(metadata: &MetadataMap, e: &GatewayError, started: Instant) -> Status {
+    let code = e.status.as_u16();
+    telemetry::request("grpc".into(), code, started.elapsed());
+    tracing::info!(
+        request_id = request_id(metadata),
+        dialect = "grpc",
+        status = code,
+        error = e.code.unwrap_or(e.kind),
+        "call refused"
+    );
+    status(e)
 }
 
 impl tonic::service::Interceptor for Admission {
@@ -264,18 +275,7 @@ impl tonic::service::Interceptor for Admission {
                 request.extensions_mut().insert(admitted);
                 Ok(request)
             }
-            Err(e) => {
-                let status = e.status.as_u16();
-                telemetry::request("grpc".into(), status, started.elapsed());
-                tracing::info!(
-                    request_id = request_id(request.metadata()),
-                    dialect = "grpc",
-                    status,
-                    error = e.code.unwrap_or(e.kind),
-                    "call refused"
-                );
-                Err(self::status(&e))
-            }
+            Err(e) => Err(refused(request.metadata(), &e, started)),
         }
     }
 }

@@ -2,7 +2,7 @@
 //! files, chunks, the last refresh, what is queued, a running refresh's progress) and
 //! `POST /v1/knowledge/refresh` (queue one; `GET /v1/knowledge/refresh/{id}` follows it).
 //! Behind an operator key (`server.admin_keys`) like `/metrics`; the same routes answer on
-//! the control socket `data_dir/index/gateway.sock`, which only the gateway's own user
+//! the control socket `data_dir/index/control/gateway.sock`, which only the gateway's own user
 //! reaches, for `assist-gateway ingest` on the same machine.
 
 use std::future::Future;
@@ -122,12 +122,13 @@ async fn refresh(
     if body.paths.len() > MAX_PATHS {
         return Err(GatewayError::invalid("paths", format!("at most {MAX_PATHS} paths")).into());
     }
-    // Naming what to read off the gateway's disk takes an operator key or the socket: an
-    // open gateway's callers may refresh its sources, not index its files.
-    if !body.paths.is_empty() && via == Via::Network(Operator::Open) {
+    // Naming what to read off the gateway's disk, or rebuilding (embedding everything
+    // again), takes an operator key or the socket: an open gateway's callers may refresh
+    // its sources, which reads only what changed.
+    if (!body.paths.is_empty() || body.rebuild) && via == Via::Network(Operator::Open) {
         return Err(GatewayError::forbidden(
             "operator_only",
-            "naming paths needs an operator key (server.admin_keys), or `assist-gateway ingest` on the gateway's machine",
+            "naming paths or rebuilding needs an operator key (server.admin_keys), or `assist-gateway ingest` on the gateway's machine",
         )
         .into());
     }
@@ -162,39 +163,115 @@ async fn refresh(
         .into_response())
 }
 
-/// Serves the knowledge routes on the control socket until `shutdown` resolves. A socket
-/// file nobody answers on (a gateway that stopped) is replaced; one that answers is
-/// another gateway's, left alone.
+/// Serves the knowledge routes on the control socket while this gateway owns its index,
+/// until `shutdown` resolves. The socket is only ever bound by the index's owner (the
+/// holder of `ingest.lock`), so a socket file found there is a stopped owner's and is
+/// replaced; it sits in a folder only the gateway's user may enter (mode 0700), and a
+/// connection from another user is closed unread.
 pub async fn serve_control(
     path: PathBuf,
     state: AppState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Clone + Send + 'static,
 ) {
-    if tokio::net::UnixStream::connect(&path).await.is_ok() {
-        tracing::warn!(socket = %path.display(), "another gateway answers on this index's control socket: `ingest` reaches that one");
+    let Some(keeper) = state.knowledge.clone() else {
         return;
-    }
-    let _ = std::fs::remove_file(&path);
-    let listener = match tokio::net::UnixListener::bind(&path) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!(socket = %path.display(), error = %e, "cannot open the control socket: `ingest` beside the gateway cannot hand its work over");
-            return;
-        }
     };
-    {
-        use std::os::unix::fs::PermissionsExt;
-        if let Err(e) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)) {
-            tracing::warn!(socket = %path.display(), error = %e, "cannot make the control socket the gateway user's only");
-            return;
+    let mut owner = keeper.ownership();
+    loop {
+        tokio::select! {
+            owned = owner.wait_for(|owned| *owned) => if owned.is_err() { return },
+            () = shutdown.clone() => return,
+        }
+        let listener = match bind(&path) {
+            Ok(listener) => listener,
+            Err(e) => {
+                tracing::warn!(socket = %path.display(), error = %format!("{e:#}"), "cannot open the control socket: `ingest` beside the gateway cannot hand its work over");
+                return;
+            }
+        };
+        let mut lost = keeper.ownership();
+        let stop = {
+            let shutdown = shutdown.clone();
+            async move {
+                tokio::select! {
+                    _ = lost.wait_for(|owned| !*owned) => {},
+                    () = shutdown => {},
+                }
+            }
+        };
+        let router = routes().with_state(state.clone());
+        if let Err(e) = axum::serve(listener, router)
+            .with_graceful_shutdown(stop)
+            .await
+        {
+            tracing::warn!(error = %e, "the control socket stopped");
         }
     }
-    let router = routes().with_state(state);
-    if let Err(e) = axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        tracing::warn!(error = %e, "the control socket stopped");
+}
+
+/// The control socket, bound in its own folder (made or kept at mode 0700).
+fn bind(path: &Path) -> anyhow::Result<OwnUser> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let folder = path.parent().unwrap_or(Path::new("."));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(folder)?;
+    std::fs::set_permissions(folder, std::fs::Permissions::from_mode(0o700))?;
+    let uid = std::fs::metadata(folder)?.uid();
+    let _ = std::fs::remove_file(path);
+    let listener = tokio::net::UnixListener::bind(path)?;
+    Ok(OwnUser {
+        listener,
+        path: path.to_path_buf(),
+        uid,
+        inode: std::fs::metadata(path)?.ino(),
+    })
+}
+
+/// The control socket's listener: accepts connections of the gateway's own user (and
+/// root) only, and removes its socket file when dropped, if it is still its own.
+struct OwnUser {
+    listener: tokio::net::UnixListener,
+    path: PathBuf,
+    uid: u32,
+    /// The socket file's inode, to tell it from one a newer owner bound at the same path.
+    inode: u64,
+}
+
+impl axum::serve::Listener for OwnUser {
+    type Io = tokio::net::UnixStream;
+    type Addr = tokio::net::unix::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            match self.listener.accept().await {
+                Ok((stream, addr)) => {
+                    let peer = stream.peer_cred().map(|c| c.uid());
+                    if matches!(peer, Ok(uid) if uid == self.uid || uid == 0) {
+                        return (stream, addr);
+                    }
+                    tracing::warn!(peer_uid = ?peer.ok(), "control socket: a connection of another user was closed");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "control socket: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
     }
-    let _ = std::fs::remove_file(&path);
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.listener.local_addr()
+    }
+}
+
+impl Drop for OwnUser {
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        // Only our own socket file: a newer owner may have bound its own at this path.
+        if std::fs::metadata(&self.path).is_ok_and(|m| m.ino() == self.inode) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }

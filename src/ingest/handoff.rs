@@ -1,5 +1,5 @@
 //! `ingest` beside a serving gateway: the gateway owns the index (`live`), so the work is
-//! handed to it over its control socket (`data_dir/index/gateway.sock`, the gateway
+//! handed to it over its control socket (`data_dir/index/control/gateway.sock`, the gateway
 //! user's only), followed to its end with the same progress, and the run's summary
 //! returned when the change is live.
 
@@ -22,6 +22,8 @@ const POLL: Duration = Duration::from_millis(200);
 /// How long a locked index's socket is waited for before the lock is taken for another
 /// `ingest`'s.
 const SOCKET_WAIT: Duration = Duration::from_secs(3);
+/// Longest wait for one answer of the gateway's (they are all immediate).
+const ANSWER_WAIT: Duration = Duration::from_secs(10);
 /// Largest answer read off the socket.
 const MAX_ANSWER: usize = 4 << 20;
 
@@ -61,23 +63,26 @@ pub async fn hand_off(
     }
     let body = serde_json::to_vec(&serde_json::json!({"paths": absolute, "rebuild": rebuild}))?;
     // A gateway that has just started opens its socket a moment after it takes the lock.
+    // Only connecting is tried again: a request that was sent may have been queued.
     let started = std::time::Instant::now();
-    let (status, answer) = loop {
-        match call(&socket, Method::POST, "/v1/knowledge/refresh", body.clone()).await {
-            Ok(answer) => break answer,
+    let stream = loop {
+        match tokio::net::UnixStream::connect(&socket).await {
+            Ok(stream) => break stream,
             Err(_) if started.elapsed() < SOCKET_WAIT => tokio::time::sleep(POLL).await,
             Err(e) => {
                 // Nobody answers: the lock is another `ingest`'s, which says so.
                 let locked = root.exclusive().err().unwrap_or_else(|| {
                     anyhow!("the index was locked a moment ago and is free now: run ingest again")
                 });
-                return Err(locked.context(format!(
-                    "no gateway answers on {} ({e:#})",
-                    socket.display()
-                )));
+                return Err(
+                    locked.context(format!("no gateway answers on {} ({e})", socket.display()))
+                );
             }
         }
     };
+    let (status, answer) = call_on(stream, Method::POST, "/v1/knowledge/refresh", body)
+        .await
+        .context("handing the ingest to the serving gateway")?;
     if status != StatusCode::ACCEPTED {
         bail!(
             "the serving gateway refused the ingest: {}",
@@ -164,23 +169,43 @@ async fn call(
     body: Vec<u8>,
 ) -> anyhow::Result<(StatusCode, Vec<u8>)> {
     let stream = tokio::net::UnixStream::connect(socket).await?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    let connection = tokio::spawn(connection);
-    let request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header(http::header::HOST, "localhost")
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body)))?;
-    let response = sender.send_request(request).await?;
-    let status = response.status();
-    let bytes = Limited::new(response.into_body(), MAX_ANSWER)
-        .collect()
+    call_on(stream, method, path, body).await
+}
+
+/// One HTTP/1.1 request on a connected control socket, answered within `ANSWER_WAIT`.
+async fn call_on(
+    stream: tokio::net::UnixStream,
+    method: Method,
+    path: &str,
+    body: Vec<u8>,
+) -> anyhow::Result<(StatusCode, Vec<u8>)> {
+    let exchange = async {
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        let connection = tokio::spawn(connection);
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::HOST, "localhost")
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))?;
+        let response = sender.send_request(request).await?;
+        let status = response.status();
+        let bytes = Limited::new(response.into_body(), MAX_ANSWER)
+            .collect()
+            .await
+            .map_err(|e| anyhow!("reading the gateway's answer: {e}"))?
+            .to_bytes();
+        drop(sender);
+        connection.abort();
+        anyhow::Ok((status, bytes.to_vec()))
+    };
+    tokio::time::timeout(ANSWER_WAIT, exchange)
         .await
-        .map_err(|e| anyhow!("reading the gateway's answer: {e}"))?
-        .to_bytes();
-    drop(sender);
-    connection.abort();
-    Ok((status, bytes.to_vec()))
+        .map_err(|_| {
+            anyhow!(
+                "the gateway did not answer within {} s",
+                ANSWER_WAIT.as_secs()
+            )
+        })?
 }

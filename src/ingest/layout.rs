@@ -134,9 +134,10 @@ impl IndexRoot {
         }
     }
 
-    /// The socket a serving gateway that owns this index answers `ingest` on.
+    /// The socket a serving gateway that owns this index answers `ingest` on, in a folder
+    /// only its user may enter (`control/`, mode 0700).
     pub fn socket(&self) -> PathBuf {
-        self.0.join("gateway.sock")
+        self.0.join("control").join("gateway.sock")
     }
 
     /// A new, empty version folder (not live until [`publish`](Self::publish)).

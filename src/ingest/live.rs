@@ -16,6 +16,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -133,6 +134,10 @@ struct Inner {
     watch: bool,
     state: Mutex<State>,
     wake: tokio::sync::Notify,
+    /// Set by `stop`: the running refresh stops at its next batch, the index is let go.
+    stopping: Arc<AtomicBool>,
+    /// Whether this gateway owns the index now (its control socket is open only then).
+    owner: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Default)]
@@ -146,7 +151,6 @@ struct State {
     files: usize,
     chunks: usize,
     pending_changes: usize,
-    stopped: bool,
 }
 
 impl Keeper {
@@ -180,6 +184,7 @@ impl Keeper {
             .as_ref()
             .map(|(_, dir, _)| manifest_counts(dir))
             .unwrap_or_default();
+        let owned_now = owned.is_some();
         let keeper = Self {
             inner: Arc::new(Inner {
                 root,
@@ -195,6 +200,8 @@ impl Keeper {
                     ..State::default()
                 }),
                 wake: tokio::sync::Notify::new(),
+                stopping: Arc::default(),
+                owner: tokio::sync::watch::Sender::new(owned_now),
             }),
         };
         Ok((keeper, indexes))
@@ -222,25 +229,31 @@ impl Keeper {
         Ok(())
     }
 
-    /// Stops refreshing (the one running finishes its batch) and lets the index go.
+    /// Stops refreshing: the running refresh stops after its batch (what it committed is
+    /// kept; the next refresh resumes), then the refresh thread lets the index go.
     pub fn stop(&self) {
-        let mut state = self.inner.lock();
-        state.stopped = true;
-        state.owned = None;
-        drop(state);
+        self.inner.stopping.store(true, Ordering::Relaxed);
         self.inner.wake.notify_one();
     }
 
-    /// Queues a refresh; a watched refresh joins one already waiting. Returns its id.
-    pub fn request(&self, request: Request, trigger: Trigger) -> Result<u64, Refused> {
+    /// Whether this gateway owns its index, as it changes.
+    pub fn ownership(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.owner.subscribe()
+    }
+
+    /// Queues a refresh; one asked for again while it waits is that one. Returns its id.
+    pub fn request(&self, mut request: Request, trigger: Trigger) -> Result<u64, Refused> {
         if request.paths.is_empty() && self.inner.sources.is_empty() {
             return Err(Refused::NoSources);
         }
+        // Paths the sources already hold are a refresh of the sources: indexed on their
+        // own they would be keyed apart from the sources' runs, each run undoing the other.
+        if !request.paths.is_empty() && request.paths.iter().all(|p| self.in_sources(p)) {
+            request.paths.clear();
+        }
         let mut state = self.inner.lock();
-        if trigger == Trigger::Watch {
-            if let Some(waiting) = state.queue.iter().find(|j| j.request == request) {
-                return Ok(waiting.id);
-            }
+        if let Some(waiting) = state.queue.iter().find(|j| j.request == request) {
+            return Ok(waiting.id);
         }
         if state.queue.len() >= MAX_QUEUED {
             return Err(Refused::Full);
@@ -312,6 +325,16 @@ impl Keeper {
     pub fn sources(&self) -> &[PathBuf] {
         &self.inner.sources
     }
+
+    /// Whether `path` is one of the sources or lies under one.
+    fn in_sources(&self, path: &Path) -> bool {
+        let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let path = absolute(path);
+        self.inner
+            .sources
+            .iter()
+            .any(|s| path.starts_with(absolute(s)))
+    }
 }
 
 impl Inner {
@@ -342,7 +365,10 @@ fn now() -> String {
 async fn run(inner: Arc<Inner>) {
     let mut last_error = String::new();
     loop {
-        if inner.lock().stopped {
+        if inner.stopping.load(Ordering::Relaxed) {
+            // Let the index go (the lock with it) only now that no refresh writes.
+            inner.owner.send_replace(false);
+            inner.lock().owned = None;
             return;
         }
         if inner.lock().owned.is_none() {
@@ -353,6 +379,8 @@ async fn run(inner: Arc<Inner>) {
                     let mut state = inner.lock();
                     (state.files, state.chunks) = (files, chunks);
                     state.owned = Some(owned);
+                    drop(state);
+                    inner.owner.send_replace(true);
                     tracing::info!("took the knowledge index over: this gateway refreshes it");
                 }
                 other => {
@@ -373,7 +401,7 @@ async fn run(inner: Arc<Inner>) {
             state.queue.pop_front().map(|mut job| {
                 job.state = JobState::Running;
                 job.started_at = Some(now());
-                let tracker = Arc::new(Tracker::default());
+                let tracker = Arc::new(Tracker::stoppable(inner.stopping.clone()));
                 state.running = Some((job.clone(), tracker.clone()));
                 (job, tracker)
             })
@@ -575,13 +603,26 @@ mod tests {
         };
         let first = k.request(sources.clone(), Trigger::Watch).unwrap();
         assert_eq!(k.request(sources.clone(), Trigger::Watch), Ok(first));
-        let asked = k.request(sources.clone(), Trigger::Api).unwrap();
-        assert_ne!(asked, first, "an operator's refresh is its own");
+        assert_eq!(k.request(sources.clone(), Trigger::Api), Ok(first));
+        // Paths inside the sources are the sources' refresh; others are their own.
+        let inside = Request {
+            paths: vec![dir.path().join("docs/guide")],
+            rebuild: false,
+        };
+        assert_eq!(k.request(inside, Trigger::Api), Ok(first));
+        let elsewhere = |i: usize| Request {
+            paths: vec![dir.path().join(format!("other{i}"))],
+            rebuild: false,
+        };
+        let asked = k.request(elsewhere(0), Trigger::Api).unwrap();
+        assert_ne!(asked, first);
         assert_eq!(k.job(asked).map(|j| j.state), Some(JobState::Queued));
+        let mut i = 1;
         while k.status().queued.len() < MAX_QUEUED {
-            k.request(sources.clone(), Trigger::Api).unwrap();
+            k.request(elsewhere(i), Trigger::Api).unwrap();
+            i += 1;
         }
-        assert_eq!(k.request(sources, Trigger::Api), Err(Refused::Full));
+        assert_eq!(k.request(elsewhere(i), Trigger::Api), Err(Refused::Full));
         // A second keeper of the same index serves it read-only.
         let other = keeper(dir.path(), Vec::new());
         assert!(!other.status().owner);

@@ -31,6 +31,8 @@ use chunk::ChunkConfig;
 
 /// Files written per committed batch.
 const FILES_PER_BATCH: usize = 32;
+/// Files changed in a run from which the indexes are compacted after it.
+const OPTIMIZE_AFTER_FILES: usize = FILES_PER_BATCH;
 
 /// What the last runs indexed: file → content hash, plus what made the vectors.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -117,6 +119,9 @@ pub struct Rules {
     pub privacy: Arc<Privacy>,
     /// `ingest.exclude`.
     pub exclude: GlobSet,
+    /// `data_dir`, never indexed (the index itself is written there): a source that holds
+    /// it would index its own index.
+    pub data_dir: PathBuf,
 }
 
 impl Rules {
@@ -129,6 +134,7 @@ impl Rules {
             max_file_bytes: settings.ingest.max_file_bytes,
             privacy: Arc::new(Privacy::from_settings(&settings.privacy)?),
             exclude: privacy::globs(&settings.ingest.exclude).context("ingest.exclude")?,
+            data_dir: absolute(&settings.data_dir),
         })
     }
 }
@@ -154,21 +160,28 @@ impl Ingestor {
         let mut manifest =
             Manifest::load(&self.manifest_path).context("reading the ingest manifest")?;
         let embedder_name = self.dense.as_ref().map(|d| d.embedder.describe());
-        if !same_embedder(manifest.embedder.as_deref(), embedder_name.as_deref())
-            && !manifest.files.is_empty()
-        {
+        // Stored vectors are reused only when this embedder made them: another's are
+        // dropped first, so that a run stopped half way leaves none to be reused later.
+        let reuse = same_embedder(manifest.embedder.as_deref(), embedder_name.as_deref());
+        if !reuse && !manifest.files.is_empty() {
             tracing::warn!(
                 before = ?manifest.embedder,
                 now = ?embedder_name,
                 "the embedder changed: every file is re-indexed"
             );
+            if let Some(d) = &self.dense {
+                let known: Vec<String> = manifest.files.keys().cloned().collect();
+                d.store
+                    .remove_files(&known)
+                    .await
+                    .context("removing another embedder's vectors")?;
+            }
             manifest.files.clear();
         }
         manifest.embedder = embedder_name;
 
         let mut summary = Summary::default();
-        let (found, skipped) = walk(roots, self.rules.max_file_bytes, &self.rules.exclude)
-            .context("walking the folders to ingest")?;
+        let (found, skipped) = walk(roots, &self.rules).context("walking the folders to ingest")?;
         let (found, excluded): (Vec<Found>, Vec<Found>) = found
             .into_iter()
             .partition(|f| !self.rules.privacy.excluded(&f.key));
@@ -255,6 +268,13 @@ impl Ingestor {
         }
 
         for batch in todo.chunks(FILES_PER_BATCH) {
+            if progress.stopped() {
+                anyhow::bail!(
+                    "stopped with {} of {} files done (the gateway is stopping); the next run resumes",
+                    summary.files_indexed,
+                    todo.len()
+                );
+            }
             let mut cleaned = Cleaned::default();
             let files: Vec<(String, Vec<KnowledgeChunk>)> = batch
                 .iter()
@@ -282,7 +302,7 @@ impl Ingestor {
             summary.invisible_removed += cleaned.invisible;
             let n_chunks: usize = files.iter().map(|(_, c)| c.len()).sum();
             if let Some(d) = &self.dense {
-                summary.chunks_embedded += self.write_vectors(d, &files).await?;
+                summary.chunks_embedded += self.write_vectors(d, &files, reuse).await?;
             }
             self.lexical
                 .replace_files(&files)
@@ -305,8 +325,12 @@ impl Ingestor {
             progress.advance(batch.len() as u64, n_chunks as u64);
         }
         // Every file is committed: what is left only makes searches faster, so a failure
-        // here is said, not fatal (the index is whole either way).
-        if summary.files_indexed > 0 || summary.files_removed > 0 {
+        // here is said, not fatal (the index is whole either way). Its cost grows with the
+        // whole index, so a run of a few files (a watched save) leaves it to the next large
+        // one: the lexical writer merges small segments as it goes, and a few unindexed
+        // vectors are searched exactly.
+        let changed = summary.files_indexed + summary.files_removed;
+        if changed >= OPTIMIZE_AFTER_FILES {
             if let Err(e) = self.lexical.optimize() {
                 tracing::warn!(error = %format!("{e:#}"), "merging the lexical index failed");
                 summary.warnings.push(format!(
@@ -315,7 +339,7 @@ impl Ingestor {
             }
         }
         if let Some(d) = &self.dense {
-            if summary.files_indexed > 0 {
+            if summary.files_indexed >= OPTIMIZE_AFTER_FILES {
                 if let Err(e) = d.store.optimize().await {
                     tracing::warn!(error = %format!("{e:#}"), "building the vector index failed");
                     summary.warnings.push(format!(
@@ -330,23 +354,28 @@ impl Ingestor {
         Ok(summary)
     }
 
-    /// Writes the vectors of these files' chunks: a chunk whose id (its file, section and
-    /// text) is stored keeps its vector, the others are embedded; the new points are
-    /// written before the files' old ones go, so a search meanwhile finds the file.
-    /// Returns how many chunks were embedded.
+    /// Writes the vectors of these files' chunks: with `reuse` (the stored vectors are
+    /// this embedder's), a chunk whose id (its file, section and text) is stored keeps its
+    /// vector, the others are embedded; the new points are written before the files' old
+    /// ones go, so a search meanwhile finds the file. Returns how many chunks were embedded.
     async fn write_vectors(
         &self,
         dense: &DenseSink,
         files: &[(String, Vec<KnowledgeChunk>)],
+        reuse: bool,
     ) -> anyhow::Result<usize> {
         let chunks: Vec<&KnowledgeChunk> = files.iter().flat_map(|(_, c)| c).collect();
         let keys: Vec<String> = files.iter().map(|(k, _)| k.clone()).collect();
         let ids: Vec<String> = chunks.iter().map(|c| c.chunk_id.clone()).collect();
-        let mut stored = dense
-            .store
-            .vectors(&ids)
-            .await
-            .context("reading the stored vectors of changed files")?;
+        let mut stored = if reuse {
+            dense
+                .store
+                .vectors(&ids)
+                .await
+                .context("reading the stored vectors of changed files")?
+        } else {
+            Default::default()
+        };
         let new: Vec<&KnowledgeChunk> = chunks
             .iter()
             .copied()
@@ -419,10 +448,12 @@ fn embedding_text(c: &KnowledgeChunk) -> String {
 /// A root as the manifest records it: its absolute path, so that the same folder named
 /// from another working folder (the CLI's, the gateway's) is the same root.
 fn root_name(root: &Path) -> String {
-    std::path::absolute(root)
-        .unwrap_or_else(|_| root.to_path_buf())
-        .display()
-        .to_string()
+    absolute(root).display().to_string()
+}
+
+/// `path` made absolute against the working folder (`.` and `..` kept, links not followed).
+pub fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -443,11 +474,8 @@ const EXCLUDED: &str = "matched ingest.exclude";
 /// same source path (file names that differ only in bytes that are not UTF-8, or a `\`
 /// in a name) cannot both be indexed: the second is skipped, and the summary and the log
 /// say so.
-fn walk(
-    roots: &[PathBuf],
-    max_bytes: u64,
-    exclude: &GlobSet,
-) -> anyhow::Result<(Vec<Found>, Skipped)> {
+fn walk(roots: &[PathBuf], rules: &Rules) -> anyhow::Result<(Vec<Found>, Skipped)> {
+    let (max_bytes, exclude) = (rules.max_file_bytes, &rules.exclude);
     let mut found = Vec::new();
     let mut skipped = Vec::new();
     for root in roots {
@@ -461,9 +489,11 @@ fn walk(
     let mut files = std::collections::HashSet::new();
     for (root, label) in roots.iter().zip(&labels.0) {
         let root_name = root_name(root);
+        let data_dir = rules.data_dir.clone();
         let walker = ignore::WalkBuilder::new(root)
             .require_git(false)
             .sort_by_file_name(|a, b| a.cmp(b))
+            .filter_entry(move |e| !absolute(e.path()).starts_with(&data_dir))
             .build();
         for entry in walker {
             let entry = entry?;
@@ -623,7 +653,12 @@ mod tests {
     use super::*;
 
     fn keys(roots: &[PathBuf]) -> (Vec<String>, Skipped) {
-        let (found, skipped) = walk(roots, 1 << 20, &GlobSet::empty()).unwrap();
+        let settings = crate::config::Settings::load_without_env(None).unwrap();
+        let rules = Rules {
+            data_dir: PathBuf::from("/nonexistent-data-dir"),
+            ..Rules::from_settings(&settings).unwrap()
+        };
+        let (found, skipped) = walk(roots, &rules).unwrap();
         (found.into_iter().map(|f| f.key).collect(), skipped)
     }
 
@@ -666,6 +701,22 @@ mod tests {
         let (k, skipped) = keys(&[en.clone(), en.join("sub")]);
         assert_eq!(k, ["man-en/ls.1.txt", "man-en/sub/cp.1.txt"]);
         assert!(skipped.is_empty(), "{skipped:?}");
+    }
+
+    /// The index's own folder is never indexed, even inside a source.
+    #[test]
+    fn data_dir_inside_a_root_is_passed_over() {
+        let dir = tempfile::tempdir().unwrap();
+        write(&dir.path().join("guide.md"), "# Guide");
+        write(&dir.path().join("data/index/v-1/manifest.json"), "{}");
+        let settings = crate::config::Settings::load_without_env(None).unwrap();
+        let rules = Rules {
+            data_dir: dir.path().join("data"),
+            ..Rules::from_settings(&settings).unwrap()
+        };
+        let (found, _) = walk(&[dir.path().to_path_buf()], &rules).unwrap();
+        let found: Vec<String> = found.into_iter().map(|f| f.key).collect();
+        assert_eq!(found, ["guide.md"]);
     }
 
     /// Two files that would get the same source path: the second is skipped and said.

@@ -2,7 +2,8 @@
 //! serving gateway reads for `GET /v1/knowledge` (files done of all, chunks, their rate,
 //! the time left).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -12,6 +13,10 @@ pub trait Progress: Send + Sync {
     fn start(&self, files: u64);
     fn advance(&self, files: u64, chunks: u64);
     fn finish(&self);
+    /// Whether the run should stop at its next batch (what it committed is kept).
+    fn stopped(&self) -> bool {
+        false
+    }
 }
 
 /// No progress output.
@@ -49,20 +54,28 @@ pub struct Tracker {
     files_done: AtomicU64,
     chunks_done: AtomicU64,
     started: Instant,
+    /// Set when the run is to stop at its next batch.
+    stop: Arc<AtomicBool>,
 }
 
 impl Default for Tracker {
     fn default() -> Self {
+        Self::stoppable(Arc::default())
+    }
+}
+
+impl Tracker {
+    /// A tracker whose run stops at its next batch once `stop` is set.
+    pub fn stoppable(stop: Arc<AtomicBool>) -> Self {
         Self {
             files_total: AtomicU64::new(0),
             files_done: AtomicU64::new(0),
             chunks_done: AtomicU64::new(0),
             started: Instant::now(),
+            stop,
         }
     }
-}
 
-impl Tracker {
     pub fn snapshot(&self) -> Snapshot {
         let files_total = self.files_total.load(Ordering::Relaxed);
         let files_done = self.files_done.load(Ordering::Relaxed);
@@ -90,6 +103,10 @@ impl Progress for Tracker {
     }
 
     fn finish(&self) {}
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
 }
 
 /// A progress bar on the terminal: files done of total, chunks, rate and ETA.

@@ -20,6 +20,7 @@ use ignore::gitignore::Gitignore;
 use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
 
+use super::absolute;
 use super::live::{Keeper, Request, Trigger};
 
 /// Changed paths held at most between two refreshes; past it, one refresh covers them all.
@@ -48,7 +49,8 @@ struct Source {
 /// What decides whether a changed path can change the index.
 struct Filter {
     sources: Vec<Source>,
-    data_dir: PathBuf,
+    /// `data_dir` as named and as resolved (links followed): never a change that matters.
+    data_dirs: Vec<PathBuf>,
     exclude: GlobSet,
 }
 
@@ -84,7 +86,10 @@ impl Watcher {
                     }
                 })
                 .collect(),
-            data_dir: absolute(data_dir),
+            data_dirs: [Some(absolute(data_dir)), data_dir.canonicalize().ok()]
+                .into_iter()
+                .flatten()
+                .collect(),
             exclude,
         });
         let seen = Arc::new(Seen::default());
@@ -97,7 +102,7 @@ impl Watcher {
                     Err(e) => {
                         // An overflowed queue loses changes: a refresh finds them all.
                         tracing::warn!(error = %e, "watching the knowledge sources: refreshing them all");
-                        seen.note([filter.data_dir.clone()]);
+                        seen.note([PathBuf::from("(overflow)")]);
                         return;
                     }
                 };
@@ -117,14 +122,17 @@ impl Watcher {
         let mut watcher =
             notify::recommended_watcher(handler).context("cannot watch the knowledge sources")?;
         for source in &filter.sources {
-            let mode = if source.root.is_dir() {
-                RecursiveMode::Recursive
+            // A file is watched through its folder: an editor's save replaces the file (a
+            // new inode), which a watch on the file itself would stop seeing.
+            let (path, mode) = if source.root.is_dir() {
+                (source.root.as_path(), RecursiveMode::Recursive)
             } else {
-                RecursiveMode::NonRecursive
+                let folder = source.root.parent().unwrap_or(Path::new("/"));
+                (folder, RecursiveMode::NonRecursive)
             };
             watcher
-                .watch(&source.root, mode)
-                .with_context(|| format!("cannot watch {}", source.root.display()))?;
+                .watch(path, mode)
+                .with_context(|| format!("cannot watch {}", path.display()))?;
         }
         tracing::info!(
             sources = filter.sources.len(),
@@ -202,7 +210,7 @@ fn ignored_kind(kind: &EventKind) -> bool {
 impl Filter {
     /// Whether a change at `path` can change the index.
     fn matters(&self, path: &Path) -> bool {
-        if path.starts_with(&self.data_dir) {
+        if self.data_dirs.iter().any(|d| path.starts_with(d)) {
             return false;
         }
         let Some(source) = self
@@ -233,12 +241,16 @@ impl Filter {
         }
         // A folder, or a path that is gone (a file or a folder): the walk decides. A file:
         // only a kind the walk indexes.
-        is_dir || !path.exists() || super::chunk::kind_of(&relative_text).is_some()
+        // A source that is a file is known by its own name.
+        let name = if relative_text.is_empty() {
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        } else {
+            relative_text
+        };
+        is_dir || !path.exists() || super::chunk::kind_of(&name).is_some()
     }
-}
-
-fn absolute(path: &Path) -> PathBuf {
-    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 #[cfg(test)]
@@ -259,7 +271,7 @@ mod tests {
                 gitignore: Gitignore::new(root.join(".gitignore")).0,
                 root: root.clone(),
             }],
-            data_dir: root.join("data"),
+            data_dirs: vec![root.join("data")],
             exclude: crate::privacy::globs(&["drafts/**".to_string()]).unwrap(),
         };
         for yes in ["a.md", "sub/b.rs", "sub", "gone.md", "gone-folder"] {
@@ -276,6 +288,18 @@ mod tests {
             assert!(!filter.matters(&root.join(no)), "{no}");
         }
         assert!(!filter.matters(&dir.path().join("elsewhere.md")));
+        // A source that is a file: itself, not its neighbours.
+        let file = Filter {
+            sources: vec![Source {
+                gitignore: Gitignore::empty(),
+                root: root.join("a.md"),
+            }],
+            data_dirs: Vec::new(),
+            exclude: globset::GlobSet::empty(),
+        };
+        assert!(file.matters(&root.join("a.md")));
+        assert!(!file.matters(&root.join("x.log")));
+        assert!(!file.matters(&root.join("a.md.swp")));
     }
 
     #[test]

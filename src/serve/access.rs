@@ -285,6 +285,11 @@ impl Limits {
         self.per_minute
     }
 
+    /// Whether the limits are counted in Redis, shared by the replicas.
+    pub fn shared(&self) -> bool {
+        self.shared.is_some()
+    }
+
     /// Counts one request of `caller`: what it may still do, or a 429 (`retry_after`
     /// set) when it is over its per-minute limit.
     pub async fn admit(self: &Arc<Self>, caller: &Caller) -> Result<Admitted, GatewayError> {
@@ -292,15 +297,31 @@ impl Limits {
             Some(shared) if self.per_minute > 0 => {
                 match shared.request(&caller.shared_id(), self.per_minute).await {
                     Ok(checked) => checked.map(Some),
-                    Err(e) => {
-                        // Limits never take the gateway down: the request passes, said.
-                        tracing::warn!(error = %format!("{e:#}"), "rate limits: redis did not answer; the request is let through");
-                        Ok(None)
-                    }
+                    // Redis down (said once by `shared`): counted in this replica.
+                    Err(_) => self.check_request(caller),
                 }
             }
             _ => self.check_request(caller),
         };
+        self.admitted(caller, checked)
+    }
+
+    /// Counts one request of `caller` in this process alone; `None` when the limits are
+    /// counted in Redis (then `admit`, which awaits it, counts).
+    pub fn admit_here(self: &Arc<Self>, caller: &Caller) -> Option<Result<Admitted, GatewayError>> {
+        if self.shared.is_some() {
+            return None;
+        }
+        let checked = self.check_request(caller);
+        Some(self.admitted(caller, checked))
+    }
+
+    /// What a request's count (`Err`: seconds to wait) means for its caller.
+    fn admitted(
+        self: &Arc<Self>,
+        caller: &Caller,
+        checked: Result<Option<u32>, u64>,
+    ) -> Result<Admitted, GatewayError> {
         let remaining = checked.map_err(|retry_after| {
             metrics::counter!("assist_rate_limited_total", "limit" => "requests").increment(1);
             tracing::warn!(
@@ -358,10 +379,8 @@ impl Limits {
                     id,
                 ))),
                 Ok(false) => None,
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "stream limits: redis did not answer; the stream is let through");
-                    Some(StreamSlot::Unlimited)
-                }
+                // Redis down (said once by `shared`): counted in this replica.
+                Err(_) => self.claim_local(caller),
             };
         }
         self.claim_local(caller)
@@ -392,13 +411,8 @@ pub struct Admitted {
 /// One of a caller's stream slots, given back when dropped (the stream ended, failed, or
 /// its client went away).
 pub enum StreamSlot {
-    Local {
-        limits: Arc<Limits>,
-        caller: Caller,
-    },
+    Local { limits: Arc<Limits>, caller: Caller },
     Shared(SharedSlot),
-    /// Redis did not answer: the stream was let through uncounted.
-    Unlimited,
 }
 
 impl Drop for StreamSlot {

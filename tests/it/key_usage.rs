@@ -294,9 +294,13 @@ fn settings(tag: &str) -> impl Fn(&mut Settings) {
     let keys = keys(tag);
     move |s: &mut Settings| {
         s.server.api_keys = keys.clone();
+        s.server.admin_keys = vec![OPERATOR.into()];
         s.assistant.passthrough = true;
     }
 }
+
+/// The operators' key: only it reads `/metrics`, every key's usage.
+const OPERATOR: &str = "operator-key-for-the-metrics";
 
 #[tokio::test]
 async fn usage_and_limits_per_key_with_the_embedded_store() {
@@ -306,10 +310,18 @@ async fn usage_and_limits_per_key_with_the_embedded_store() {
     let replica = (gw.url(""), gw.grpc_addr.unwrap());
     scenario([replica.clone(), replica], &tag, &up).await;
 
-    // Operators see each key by name in the metrics, never the key.
+    // A tenant's key does not read the metrics (every key's usage)...
     let r = client()
         .get(gw.url("/metrics"))
         .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    // ...operators see each key by name in the metrics, never the key.
+    let r = client()
+        .get(gw.url("/metrics"))
+        .bearer_auth(OPERATOR)
         .send()
         .await
         .unwrap();

@@ -558,13 +558,15 @@ async fn gateway_overhead_leaves_out_every_upstream_wait() {
 }
 
 #[tokio::test]
-async fn metrics_need_a_key_when_keys_are_set() {
+async fn metrics_need_an_operator_key_when_keys_are_set() {
+    const SCRAPE: &str = "sk-scrape-operator-key";
     let up = ScriptedUpstream::start().await;
     let gw = Spawned::start(&up, Provider::Ollama, |s| {
-        s.server.api_keys = vec!["sk-scrape".into()]
+        s.server.api_keys = vec!["sk-tenant".into()];
+        s.server.admin_keys = vec![SCRAPE.into()];
     })
     .await;
-    let before = scrape_with(&gw, Some("sk-scrape")).await;
+    let before = scrape_with(&gw, Some(SCRAPE)).await;
     let r = client().get(gw.url("/metrics")).send().await.unwrap();
     assert_eq!(r.status(), 401);
     let v: Value = r.json().await.unwrap();
@@ -576,7 +578,17 @@ async fn metrics_need_a_key_when_keys_are_set() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
-    let after = scrape_with(&gw, Some("sk-scrape")).await;
+    // A tenant's key sees no other key's traffic.
+    let r = client()
+        .get(gw.url("/metrics"))
+        .bearer_auth("sk-tenant")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "operator_only", "{v}");
+    let after = scrape_with(&gw, Some(SCRAPE)).await;
     assert_eq!(
         delta(
             &before,
