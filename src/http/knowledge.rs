@@ -22,6 +22,7 @@ use serde_json::json;
 use super::dialect::{ApiError, OpenAi};
 use super::AppState;
 use crate::error::GatewayError;
+use crate::ingest::git::GitSource;
 use crate::ingest::live::{Keeper, Refused, Request as Refresh, Trigger};
 use crate::serve::access::Operator;
 
@@ -133,7 +134,8 @@ async fn refresh(
         .into());
     }
     let paths: Vec<PathBuf> = body.paths.iter().map(PathBuf::from).collect();
-    if let Some(p) = paths.iter().find(|p| !Path::new(p).exists()) {
+    let missing = |p: &&PathBuf| !p.exists() && GitSource::parse(p).is_none();
+    if let Some(p) = paths.iter().find(missing) {
         return Err(GatewayError::invalid(
             "paths",
             format!("{} does not exist on the gateway's machine", p.display()),

@@ -57,7 +57,7 @@ pub async fn hand_off(
         })
         .collect::<anyhow::Result<_>>()?;
     for p in paths {
-        if !p.exists() {
+        if !p.exists() && super::git::GitSource::parse(p).is_none() {
             bail!("{} does not exist", p.display());
         }
     }

@@ -7,10 +7,12 @@
 //! run leaves a usable index and the next run picks up where it stopped.
 
 pub mod chunk;
+pub mod git;
 pub mod handoff;
 pub mod layout;
 pub mod live;
 pub mod progress;
+pub mod walk;
 pub mod watch;
 
 pub use progress::{Bar, Progress, Quiet, Tracker};
@@ -28,6 +30,7 @@ use crate::embed::{Embedder, TextKind};
 use crate::privacy::{self, Cleaned, Privacy};
 use crate::retrieval::{KnowledgeChunk, LexicalIndex, VectorPoint, VectorStore};
 use chunk::ChunkConfig;
+use walk::{walk, Found, CREDENTIALS, EXCLUDED, EXCLUDED_BY_PRIVACY};
 
 /// Files written per committed batch.
 const FILES_PER_BATCH: usize = 32;
@@ -146,13 +149,6 @@ pub struct Ingestor {
     pub manifest_path: PathBuf,
 }
 
-/// A file found by the walk.
-struct Found {
-    key: String,
-    path: PathBuf,
-    root: String,
-}
-
 impl Ingestor {
     /// Ingests `roots`. `progress` is told the number of files to process, then each
     /// file as it is done.
@@ -214,7 +210,7 @@ impl Ingestor {
         // Changed or new: read, hash, compare.
         let mut todo = Vec::new();
         for f in found {
-            let bytes = match std::fs::read(&f.path) {
+            let bytes = match f.origin.read() {
                 Ok(b) => b,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     // Deleted between the walk and the read: gone, like any deleted file.
@@ -447,7 +443,7 @@ fn embedding_text(c: &KnowledgeChunk) -> String {
 
 /// A root as the manifest records it: its absolute path, so that the same folder named
 /// from another working folder (the CLI's, the gateway's) is the same root.
-fn root_name(root: &Path) -> String {
+pub(crate) fn root_name(root: &Path) -> String {
     absolute(root).display().to_string()
 }
 
@@ -460,281 +456,9 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Why a file that holds credentials by its name was not indexed.
-const CREDENTIALS: &str = "credentials by name: never indexed";
-/// Why a file matched by `privacy.exclude` was not indexed.
-const EXCLUDED_BY_PRIVACY: &str = "matched privacy.exclude";
-/// Why a file matched by `ingest.exclude` was not indexed.
-const EXCLUDED: &str = "matched ingest.exclude";
-
-/// Every knowledge file under the roots (respecting .gitignore and .ignore, skipping
-/// hidden files), keyed by its source path (see `Labels`); and what was skipped, why.
-///
-/// A file found twice (roots that overlap) is taken once. Two different files with the
-/// same source path (file names that differ only in bytes that are not UTF-8, or a `\`
-/// in a name) cannot both be indexed: the second is skipped, and the summary and the log
-/// say so.
-fn walk(roots: &[PathBuf], rules: &Rules) -> anyhow::Result<(Vec<Found>, Skipped)> {
-    let (max_bytes, exclude) = (rules.max_file_bytes, &rules.exclude);
-    let mut found = Vec::new();
-    let mut skipped = Vec::new();
-    for root in roots {
-        if !root.exists() {
-            return Err(anyhow!("{} does not exist", root.display()));
-        }
-    }
-    let labels = Labels::of(roots)?;
-    // Source paths given out, and the real files behind them.
-    let mut keys = std::collections::HashSet::new();
-    let mut files = std::collections::HashSet::new();
-    for (root, label) in roots.iter().zip(&labels.0) {
-        let root_name = root_name(root);
-        let data_dir = rules.data_dir.clone();
-        let walker = ignore::WalkBuilder::new(root)
-            .require_git(false)
-            .sort_by_file_name(|a, b| a.cmp(b))
-            .filter_entry(move |e| !absolute(e.path()).starts_with(&data_dir))
-            .build();
-        for entry in walker {
-            let entry = entry?;
-            if !entry.file_type().is_some_and(|t| t.is_file()) {
-                continue;
-            }
-            let path = entry.path();
-            let relative = if root.is_file() {
-                String::new()
-            } else {
-                path.strip_prefix(root)
-                    .unwrap_or(path)
-                    .to_string_lossy()
-                    .replace('\\', "/")
-            };
-            let key = match (label.as_str(), relative.as_str()) {
-                (l, "") => l.to_string(),
-                ("", r) => r.to_string(),
-                (l, r) => format!("{l}/{r}"),
-            };
-            let inside = if relative.is_empty() {
-                key.as_str()
-            } else {
-                relative.as_str()
-            };
-            if privacy::files::is_credentials(inside) {
-                tracing::info!(file = ?key, "skipped: credentials by name");
-                skipped.push((key, CREDENTIALS.into()));
-                continue;
-            }
-            if exclude.is_match(inside) {
-                skipped.push((key, EXCLUDED.into()));
-                continue;
-            }
-            if chunk::kind_of(&key).is_none() {
-                skipped.push((key, "not a document or source file".into()));
-                continue;
-            }
-            let size = entry.metadata().map(|m| m.len()).unwrap_or(0);
-            if size > max_bytes {
-                tracing::warn!(file = ?key, size, limit = max_bytes, "skipped: larger than ingest.max_file_bytes");
-                skipped.push((key, format!("{size} bytes, over ingest.max_file_bytes")));
-                continue;
-            }
-            if !files.insert(std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())) {
-                continue; // found before, under another root
-            }
-            if !keys.insert(key.clone()) {
-                tracing::warn!(file = ?key, "skipped: another file has the same source path");
-                skipped.push((key, "another file has the same source path".into()));
-                continue;
-            }
-            found.push(Found {
-                key,
-                path: path.to_path_buf(),
-                root: root_name.clone(),
-            });
-        }
-    }
-    Ok((found, skipped))
-}
-
-/// What each root's source paths start with. One root: nothing, so paths are relative to
-/// the folder (a file alone is named by its file name), as they always were. Several
-/// roots: each root's own name (`man-es/ls.1.txt`, `man-en/ls.1.txt`), with as many of
-/// its parent folders as it takes to tell the roots apart (`a/docs/…`, `b/docs/…`).
-struct Labels(Vec<String>);
-
-impl Labels {
-    fn of(roots: &[PathBuf]) -> anyhow::Result<Self> {
-        if roots.len() < 2 {
-            return Ok(Self(
-                roots
-                    .iter()
-                    .map(|r| {
-                        if r.is_file() {
-                            file_name(r)
-                        } else {
-                            String::new()
-                        }
-                    })
-                    .collect(),
-            ));
-        }
-        // Each root's folder names, last first: /corpus/man-es → ["man-es", "corpus"].
-        // The names as given (`.` and `..` resolved, symbolic links not followed).
-        let parts: Vec<Vec<String>> = roots
-            .iter()
-            .map(|r| {
-                let absolute = std::path::absolute(r)
-                    .with_context(|| format!("cannot resolve {}", r.display()))?;
-                let mut names = Vec::new();
-                for c in absolute.components() {
-                    match c {
-                        std::path::Component::Normal(n) => {
-                            names.push(n.to_string_lossy().replace('\\', "/"))
-                        }
-                        std::path::Component::ParentDir => {
-                            names.pop();
-                        }
-                        _ => {}
-                    }
-                }
-                names.reverse();
-                Ok(names)
-            })
-            .collect::<anyhow::Result<_>>()?;
-        let label = |p: &[String], n: usize| -> String {
-            let mut take: Vec<&str> = p.iter().take(n).map(String::as_str).collect();
-            take.reverse();
-            take.join("/")
-        };
-        let mut depth = vec![1usize; roots.len()];
-        // Lengthen the labels that clash (equal, or one inside the other) until none do or
-        // they cannot grow; what still clashes is caught file by file in `walk`.
-        loop {
-            let labels: Vec<String> = parts
-                .iter()
-                .zip(&depth)
-                .map(|(p, &n)| label(p, n))
-                .collect();
-            let mut grew = false;
-            for i in 0..roots.len() {
-                let clashes = (0..roots.len()).any(|j| {
-                    j != i
-                        && parts[i] != parts[j]
-                        && (labels[i] == labels[j] || inside(&labels[j], &labels[i]))
-                });
-                if clashes && depth[i] < parts[i].len() {
-                    depth[i] += 1;
-                    grew = true;
-                }
-            }
-            if !grew {
-                return Ok(Self(labels));
-            }
-        }
-    }
-}
-
-/// Whether path `inner` lies under folder path `outer` (`a/b` under `a`).
-fn inside(inner: &str, outer: &str) -> bool {
-    outer.is_empty()
-        || inner
-            .strip_prefix(outer)
-            .is_some_and(|rest| rest.starts_with('/'))
-}
-
-fn file_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn keys(roots: &[PathBuf]) -> (Vec<String>, Skipped) {
-        let settings = crate::config::Settings::load_without_env(None).unwrap();
-        let rules = Rules {
-            data_dir: PathBuf::from("/nonexistent-data-dir"),
-            ..Rules::from_settings(&settings).unwrap()
-        };
-        let (found, skipped) = walk(roots, &rules).unwrap();
-        (found.into_iter().map(|f| f.key).collect(), skipped)
-    }
-
-    fn write(path: &Path, text: &str) {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, text).unwrap();
-    }
-
-    #[test]
-    fn one_root_keeps_its_paths_and_several_are_told_apart() {
-        let dir = tempfile::tempdir().unwrap();
-        let corpus = dir.path().join("corpus");
-        write(&corpus.join("man-es/ls.1.txt"), "ls lista");
-        write(&corpus.join("man-en/ls.1.txt"), "ls lists");
-        write(&corpus.join("man-en/sub/cp.1.txt"), "cp copies");
-        let (es, en) = (corpus.join("man-es"), corpus.join("man-en"));
-
-        assert_eq!(
-            keys(std::slice::from_ref(&en)).0,
-            ["ls.1.txt", "sub/cp.1.txt"]
-        );
-        assert_eq!(keys(&[en.join("ls.1.txt")]).0, ["ls.1.txt"]);
-        assert_eq!(
-            keys(&[es.clone(), en.clone()]).0,
-            ["man-es/ls.1.txt", "man-en/ls.1.txt", "man-en/sub/cp.1.txt"]
-        );
-        // Roots named alike take their parents' names; `..` is resolved.
-        write(&dir.path().join("a/docs/x.md"), "# A");
-        write(&dir.path().join("b/docs/x.md"), "# B");
-        let a = dir.path().join("b/../a/docs");
-        assert_eq!(
-            keys(&[a, dir.path().join("b/docs")]).0,
-            ["a/docs/x.md", "b/docs/x.md"]
-        );
-        // Files as roots; a root inside another: each file once.
-        assert_eq!(
-            keys(&[es.join("ls.1.txt"), en.join("ls.1.txt")]).0,
-            ["man-es/ls.1.txt", "man-en/ls.1.txt"]
-        );
-        let (k, skipped) = keys(&[en.clone(), en.join("sub")]);
-        assert_eq!(k, ["man-en/ls.1.txt", "man-en/sub/cp.1.txt"]);
-        assert!(skipped.is_empty(), "{skipped:?}");
-    }
-
-    /// The index's own folder is never indexed, even inside a source.
-    #[test]
-    fn data_dir_inside_a_root_is_passed_over() {
-        let dir = tempfile::tempdir().unwrap();
-        write(&dir.path().join("guide.md"), "# Guide");
-        write(&dir.path().join("data/index/v-1/manifest.json"), "{}");
-        let settings = crate::config::Settings::load_without_env(None).unwrap();
-        let rules = Rules {
-            data_dir: dir.path().join("data"),
-            ..Rules::from_settings(&settings).unwrap()
-        };
-        let (found, _) = walk(&[dir.path().to_path_buf()], &rules).unwrap();
-        let found: Vec<String> = found.into_iter().map(|f| f.key).collect();
-        assert_eq!(found, ["guide.md"]);
-    }
-
-    /// Two files that would get the same source path: the second is skipped and said.
-    #[test]
-    fn a_source_path_clash_is_never_silent() {
-        let dir = tempfile::tempdir().unwrap();
-        write(&dir.path().join("a/b.md"), "# one");
-        write(&dir.path().join("a\\b.md"), "# two");
-        let (k, skipped) = keys(&[dir.path().to_path_buf()]);
-        assert_eq!(k, ["a/b.md"]);
-        assert_eq!(
-            skipped,
-            [(
-                "a/b.md".to_string(),
-                "another file has the same source path".to_string()
-            )]
-        );
-    }
 
     #[test]
     fn the_local_embedder_named_anew_is_the_same_embedder() {

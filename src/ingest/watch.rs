@@ -21,6 +21,7 @@ use notify::event::{AccessKind, AccessMode};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
 
 use super::absolute;
+use super::git::GitSource;
 use super::live::{Keeper, Request, Trigger};
 
 /// Changed paths held at most between two refreshes; past it, one refresh covers them all.
@@ -44,6 +45,8 @@ impl Drop for Watcher {
 struct Source {
     root: PathBuf,
     gitignore: Gitignore,
+    /// For a repository at a ref (`path@ref`): its git folder, where a commit moves refs.
+    git_dir: Option<PathBuf>,
 }
 
 /// What decides whether a changed path can change the index.
@@ -75,6 +78,7 @@ impl Watcher {
                 .iter()
                 .map(|s| {
                     let root = absolute(s);
+                    let git_dir = GitSource::parse(&root).map(|g| g.git_dir());
                     let folder = if root.is_dir() {
                         root.clone()
                     } else {
@@ -83,6 +87,7 @@ impl Watcher {
                     Source {
                         gitignore: Gitignore::new(folder.join(".gitignore")).0,
                         root,
+                        git_dir,
                     }
                 })
                 .collect(),
@@ -124,7 +129,9 @@ impl Watcher {
         for source in &filter.sources {
             // A file is watched through its folder: an editor's save replaces the file (a
             // new inode), which a watch on the file itself would stop seeing.
-            let (path, mode) = if source.root.is_dir() {
+            let (path, mode) = if let Some(git_dir) = &source.git_dir {
+                (git_dir.as_path(), RecursiveMode::Recursive)
+            } else if source.root.is_dir() {
                 (source.root.as_path(), RecursiveMode::Recursive)
             } else {
                 let folder = source.root.parent().unwrap_or(Path::new("/"));
@@ -213,9 +220,27 @@ impl Filter {
         if self.data_dirs.iter().any(|d| path.starts_with(d)) {
             return false;
         }
+        // A repository at a ref changes when its refs do (a commit, a fetch, a checkout of
+        // the branch elsewhere), not with its working tree.
+        let moved_ref = |git_dir: &PathBuf| {
+            path.strip_prefix(git_dir).is_ok_and(|inside| {
+                inside.starts_with("refs")
+                    || inside == Path::new("packed-refs")
+                    || inside == Path::new("HEAD")
+            })
+        };
+        if self
+            .sources
+            .iter()
+            .filter_map(|s| s.git_dir.as_ref())
+            .any(moved_ref)
+        {
+            return true;
+        }
         let Some(source) = self
             .sources
             .iter()
+            .filter(|s| s.git_dir.is_none())
             .find(|s| path == s.root || path.starts_with(&s.root))
         else {
             return false;
@@ -270,6 +295,7 @@ mod tests {
             sources: vec![Source {
                 gitignore: Gitignore::new(root.join(".gitignore")).0,
                 root: root.clone(),
+                git_dir: None,
             }],
             data_dirs: vec![root.join("data")],
             exclude: crate::privacy::globs(&["drafts/**".to_string()]).unwrap(),
@@ -293,6 +319,7 @@ mod tests {
             sources: vec![Source {
                 gitignore: Gitignore::empty(),
                 root: root.join("a.md"),
+                git_dir: None,
             }],
             data_dirs: Vec::new(),
             exclude: globset::GlobSet::empty(),

@@ -501,3 +501,59 @@ async fn with_e5_and_the_embedded_engine_a_new_file_is_served_within_30_s() {
     let (asked, failed) = asker.finish().await;
     assert_eq!(failed, 0, "{failed} of {asked} requests failed");
 }
+
+/// Runs git in `dir`.
+fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+        .args(["-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+/// A repository named at a ref (`path@main`) is indexed as the branch holds it, read from
+/// its object database: what the working tree adds is not served until it is committed, a
+/// commit is served within seconds, and a file removed by a commit is gone.
+#[tokio::test]
+async fn a_repository_at_a_ref_follows_the_branch_not_the_working_tree() {
+    let up = ScriptedUpstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("app");
+    write(&repo.join("docs/quorvane.md"), &page("quorvane"));
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "docs"]);
+    write(&repo.join("zelmith.md"), &page("zelmith"));
+    let source = format!("{}@main", repo.display());
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        s.knowledge.sources = vec![source];
+        s.knowledge.watch = true;
+        s.knowledge.watch_debounce = Duration::from_millis(200);
+    })
+    .await;
+    served(
+        &gw,
+        "quorvane",
+        "docs/quorvane.md",
+        true,
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(
+        !sources(&gw, "zelmith")
+            .await
+            .contains(&"zelmith.md".to_string()),
+        "not committed: not served"
+    );
+    let bound = Duration::from_secs(5);
+    git(&repo, &["add", "zelmith.md"]);
+    git(&repo, &["commit", "-q", "-m", "zelmith"]);
+    let took = served(&gw, "zelmith", "zelmith.md", true, bound).await;
+    println!("a commit served after {took:?}");
+    git(&repo, &["rm", "-q", "docs/quorvane.md"]);
+    git(&repo, &["commit", "-q", "-m", "gone"]);
+    served(&gw, "quorvane", "docs/quorvane.md", false, bound).await;
+}
