@@ -160,15 +160,32 @@ fn api_key_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ApiKey>, D::Error
         List(Vec<ApiKey>),
         Str(String),
     }
-    Ok(match ListOrString::deserialize(d)? {
-        ListOrString::List(v) => v,
-        ListOrString::Str(s) => s
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(ApiKey::from)
-            .collect(),
-    })
+    const SYNTAX: &str = "write plain keys comma-separated (key-one,key-two) or a JSON list \
+        ([\"key-one\", {\"name\": \"alice\", \"key\": \"key-two\", \"tokens_per_day\": 400}])";
+    match ListOrString::deserialize(d)? {
+        ListOrString::List(v) => Ok(v),
+        // A list written in JSON (the environment's way to give tables): read whole, or
+        // refused; split on its commas it would make keys of its fragments.
+        ListOrString::Str(s) if s.trim_start().starts_with('[') => serde_json::from_str(&s)
+            .map_err(|e| serde::de::Error::custom(format!("not a list of keys ({e}): {SYNTAX}"))),
+        ListOrString::Str(s) => {
+            let keys: Vec<ApiKey> = s
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(ApiKey::from)
+                .collect();
+            match keys
+                .iter()
+                .find(|k| k.key.contains(['"', '{', '}', '[', ']']))
+            {
+                Some(_) => Err(serde::de::Error::custom(format!(
+                    "a key holds quotes or braces, a list's syntax broken apart: {SYNTAX}"
+                ))),
+                None => Ok(keys),
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

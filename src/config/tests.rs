@@ -48,6 +48,34 @@ fn environment_overrides_file() {
 
 #[test]
 #[allow(clippy::result_large_err)] // figment's Jail API fixes the closure's error type
+fn keys_from_the_environment_are_a_list_or_refused() {
+    figment::Jail::expect_with(|jail| {
+        // A JSON list with a table: read whole.
+        jail.set_env(
+            "ASSIST__SERVER__API_KEYS",
+            r#"[{"name":"alice","key":"key-a","tokens_per_day":400},"key-b"]"#,
+        );
+        let s = Settings::load(None).unwrap();
+        let keys: Vec<&str> = s.server.api_keys.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!(keys, ["key-a", "key-b"]);
+        assert_eq!(s.server.api_keys[0].name.as_deref(), Some("alice"));
+        assert_eq!(s.server.api_keys[0].tokens_per_day, 400);
+        // Broken JSON, or a list's fragments: the start stops, naming the setting.
+        for broken in [
+            r#"[{"name":"alice","key":"key-a""#,
+            r#"{"name":"alice","key":"key-a"},key-b"#,
+        ] {
+            jail.set_env("ASSIST__SERVER__API_KEYS", broken);
+            let e = Settings::load(None).unwrap_err();
+            assert_eq!(e.key, "server.api_keys", "{broken}: {e}");
+            assert!(e.reason.contains("comma-separated"), "{e}");
+        }
+        Ok(())
+    });
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API fixes the closure's error type
 fn per_language_weights_are_set_one_language_at_a_time() {
     figment::Jail::expect_with(|jail| {
         let defaults = Settings::load_without_env(None).unwrap().retrieval;
