@@ -653,6 +653,9 @@ enum Try {
     Failed(&'static str, Option<u16>),
 }
 
+/// Most of a collector's answer read (the rest is not: only its status is used).
+const MAX_ANSWER_BYTES: usize = 64 << 10;
+
 async fn send(
     client: &reqwest::Client,
     endpoint: &reqwest::Url,
@@ -681,8 +684,17 @@ async fn send(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(|secs| Duration::from_secs(secs.min(5)));
-    // Read out (a small answer) so the connection can be used again.
-    let _ = response.bytes().await;
+    // Read out a small answer so the connection can be used again; a larger one is left
+    // (its connection closed): only the status is used, and a collector's answer of any
+    // size must not be held.
+    let mut response = response;
+    let mut read = 0;
+    while let Ok(Some(piece)) = response.chunk().await {
+        read += piece.len();
+        if read > MAX_ANSWER_BYTES {
+            break;
+        }
+    }
     match status.as_u16() {
         200..=299 => Try::Done,
         code @ (429 | 502 | 503 | 504) => Try::Again("status", Some(code), retry_after),
@@ -979,6 +991,50 @@ pub(super) mod tests {
             .map(|s| s.name.as_str())
             .collect();
         assert_eq!(names, ["retrieve", "queue"], "the second scope's spans");
+    }
+
+    /// A collector answering an endless body: the export is done at its status, having
+    /// read a few kilobytes of it (it read until its timeout, holding all, before).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_collectors_endless_answer_is_not_read() {
+        let sent_bytes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = sent_bytes.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move || {
+                let counted = counted.clone();
+                async move {
+                    let piece = bytes::Bytes::from(vec![b'x'; 64 << 10]);
+                    let endless = futures::stream::repeat_with(move || {
+                        counted.fetch_add(piece.len(), std::sync::atomic::Ordering::Relaxed);
+                        Ok::<_, std::io::Error>(piece.clone())
+                    });
+                    axum::body::Body::from_stream(endless)
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let started = std::time::Instant::now();
+        let client = reqwest::Client::new();
+        let url = reqwest::Url::parse(&url).unwrap();
+        let headers = reqwest::header::HeaderMap::new();
+        let done = send(
+            &client,
+            &url,
+            &headers,
+            bytes::Bytes::new(),
+            Duration::from_secs(30),
+        );
+        assert!(matches!(done.await, Try::Done));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        let sent = sent_bytes.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(sent < 64 << 20, "the collector sent {sent} bytes");
     }
 
     #[tokio::test(flavor = "multi_thread")]
