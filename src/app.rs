@@ -22,8 +22,9 @@ use crate::retrieval::edge::EdgeStore;
 use crate::retrieval::hybrid::Retriever;
 use crate::retrieval::indexes::Indexes;
 use crate::retrieval::lexical::TantivyIndex;
+use crate::retrieval::qdrant_lexical::QdrantLexical;
 use crate::retrieval::qdrant_server::QdrantServerStore;
-use crate::retrieval::{Lang, VectorStore};
+use crate::retrieval::{Lang, LexicalIndex, VectorStore};
 use crate::sessions::{self, Sessions};
 
 /// The knowledge indexes: BM25 always, vectors when an embedder is configured.
@@ -34,7 +35,7 @@ pub type Knowledge = Indexes;
 /// ever built, a first, empty one is made (an `ingest` alongside fills it); where one
 /// should be and is not, the knowledge is empty and says why, never silently.
 pub fn open_knowledge(settings: &Settings) -> anyhow::Result<Knowledge> {
-    let root = IndexRoot::new(&settings.index_dir());
+    let root = IndexRoot::of(settings);
     let dir = match root.live()? {
         Live::At(dir) => dir,
         Live::None => root.for_update()?,
@@ -59,18 +60,23 @@ fn open_version(
     dir: &Path,
     writable: bool,
 ) -> anyhow::Result<Knowledge> {
+    let q = &settings.qdrant;
     let lexical_dir = dir.join("lexical");
-    let lexical = if writable {
-        TantivyIndex::open(&lexical_dir)?
-    } else {
-        TantivyIndex::open_read_only(&lexical_dir)?
+    let lexical: Arc<dyn LexicalIndex> = match &q.url {
+        Some(url) if q.lexical => Arc::new(QdrantLexical::connect(
+            url,
+            q.api_key.as_deref(),
+            &q.lexical_collection(),
+        )?),
+        _ if writable => Arc::new(TantivyIndex::open(&lexical_dir)?),
+        _ => Arc::new(TantivyIndex::open_read_only(&lexical_dir)?),
     };
     let dense = match embedder {
         None => None,
         Some(embedder) => Some((embedder.clone(), vector_store(settings, dir)?)),
     };
     Ok(Indexes {
-        lexical: Arc::new(lexical),
+        lexical,
         dense,
         missing: None,
     })
@@ -132,7 +138,7 @@ pub async fn ingest(
     rebuild: bool,
     progress: &dyn Progress,
 ) -> anyhow::Result<Summary> {
-    let root = IndexRoot::new(&settings.index_dir());
+    let root = IndexRoot::of(settings);
     let Some(_writing) = root.try_exclusive()? else {
         return crate::ingest::handoff::hand_off(&root, paths, rebuild, progress).await;
     };
@@ -144,9 +150,14 @@ pub async fn ingest(
     let summary = {
         let embedder = embed::from_settings(&settings.embeddings, &settings.llm)?;
         let knowledge = open_version(settings, embedder.as_ref(), &target, true)?;
-        live::ingestor(&Rules::from_settings(settings)?, &knowledge, &target)
-            .run(paths, progress)
-            .await
+        live::ingestor(
+            &Rules::from_settings(settings)?,
+            &knowledge,
+            &target,
+            rebuild,
+        )
+        .run(paths, progress)
+        .await
     };
     match summary {
         Ok(summary) => {
@@ -180,7 +191,7 @@ pub fn build(mut settings: Settings) -> anyhow::Result<AppState> {
         })
     };
     let (keeper, knowledge) = Keeper::open(
-        IndexRoot::new(&settings.index_dir()),
+        IndexRoot::of(&settings),
         opener,
         Rules::from_settings(&settings)?,
         settings
@@ -415,7 +426,7 @@ pub async fn serve_all(
     };
     let control = async {
         if state.knowledge.is_some() {
-            let socket = IndexRoot::new(&state.settings.index_dir()).socket();
+            let socket = IndexRoot::of(&state.settings).socket();
             crate::http::knowledge::serve_control(socket, state.clone(), shutdown.clone()).await;
         }
         Ok(())

@@ -94,6 +94,14 @@ def _with_vectors(request):
     return _opt(request, "with_vectors", GrpcToRest.convert_with_vectors_selector) or False
 
 
+def _retrieved(record):
+    """A stored point for gRPC: read without its payload, the local engine leaves it None,
+    which the converter cannot take (a server answers an empty payload)."""
+    if record.payload is None:
+        record = record.model_copy(update={"payload": {}})
+    return RestToGrpc.convert_retrieved_point(record)
+
+
 def _update_result(result=None):
     result = result or rest.UpdateResult(operation_id=0, status=rest.UpdateStatus.COMPLETED)
     return RestToGrpc.convert_update_result(result)
@@ -173,7 +181,7 @@ class PointsService(pb.PointsServicer):
             with_payload=_with_payload(request),
             with_vectors=_with_vectors(request),
         )
-        return pb.GetResponse(result=[RestToGrpc.convert_retrieved_point(r) for r in records])
+        return pb.GetResponse(result=[_retrieved(r) for r in records])
 
     @rpc
     def Scroll(self, request):
@@ -186,7 +194,7 @@ class PointsService(pb.PointsServicer):
             with_vectors=_with_vectors(request),
         )
         return pb.ScrollResponse(
-            result=[RestToGrpc.convert_retrieved_point(r) for r in records],
+            result=[_retrieved(r) for r in records],
             next_page_offset=(
                 RestToGrpc.convert_extended_point_id(next_offset)
                 if next_offset is not None

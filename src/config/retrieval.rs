@@ -106,6 +106,15 @@ pub struct QdrantSettings {
     pub collection: String,
     #[serde(default, with = "unset_if_empty")]
     pub api_key: Option<String>,
+    /// With a server: BM25 lives there too (sparse vectors), shared by every gateway.
+    pub lexical: bool,
+}
+
+impl QdrantSettings {
+    /// The collection of the BM25 side, beside the vectors'.
+    pub fn lexical_collection(&self) -> String {
+        format!("{}-lexical", self.collection)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

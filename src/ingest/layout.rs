@@ -34,20 +34,42 @@ pub enum Live {
 }
 
 /// `data_dir/index`.
-pub struct IndexRoot(PathBuf);
+pub struct IndexRoot {
+    dir: PathBuf,
+    /// The knowledge lives in a server shared by every gateway (`qdrant.lexical`): a
+    /// version folder holds nothing of it, and is whole as soon as it exists.
+    shared: bool,
+}
 
 impl IndexRoot {
     pub fn new(root: &Path) -> Self {
-        Self(root.to_path_buf())
+        Self {
+            dir: root.to_path_buf(),
+            shared: false,
+        }
+    }
+
+    /// The index of a gateway configured by `settings`.
+    pub fn of(settings: &crate::config::Settings) -> Self {
+        Self {
+            shared: settings.qdrant.url.is_some() && settings.qdrant.lexical,
+            ..Self::new(&settings.index_dir())
+        }
+    }
+
+    /// Whether a version folder holds an index: its lexical index, or, when the
+    /// knowledge is shared, nothing at all.
+    fn whole(&self, folder: &Path) -> bool {
+        whole(folder) || (self.shared && folder.is_dir())
     }
 
     pub fn live(&self) -> anyhow::Result<Live> {
-        let pointer = self.0.join(POINTER);
+        let pointer = self.dir.join(POINTER);
         match std::fs::read_to_string(&pointer) {
             Ok(name) => {
                 let name = name.trim();
-                let version = self.0.join(name);
-                if valid_name(name) && whole(&version) {
+                let version = self.dir.join(name);
+                if valid_name(name) && self.whole(&version) {
                     Ok(Live::At(version))
                 } else {
                     Ok(Live::Missing(format!(
@@ -57,27 +79,27 @@ impl IndexRoot {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if self.0.join("lexical").is_dir() {
-                    return Ok(if whole(&self.0) {
-                        Live::At(self.0.clone())
+                if self.dir.join("lexical").is_dir() {
+                    return Ok(if whole(&self.dir) {
+                        Live::At(self.dir.clone())
                     } else {
                         Live::Missing(format!(
                             "the index in {} has no lexical index: run `assist-gateway ingest --rebuild PATH`",
-                            self.0.display()
+                            self.dir.display()
                         ))
                     });
                 }
                 // The rename-based rebuild of earlier versions could stop between its two
                 // renames, leaving the index aside.
                 let aside = ["old", "rebuild"]
-                    .map(|ext| self.0.with_extension(ext))
+                    .map(|ext| self.dir.with_extension(ext))
                     .into_iter()
                     .find(|p| p.join("lexical").is_dir());
                 Ok(match aside {
                     Some(p) => Live::Missing(format!(
                         "an interrupted rebuild left the index in {}: move it to {}, or run `assist-gateway ingest --rebuild PATH`",
                         p.display(),
-                        self.0.display()
+                        self.dir.display()
                     )),
                     None => Live::None,
                 })
@@ -94,7 +116,9 @@ impl IndexRoot {
             Live::At(path) => Ok(path),
             Live::None => {
                 let version = self.new_version()?;
-                crate::retrieval::lexical::TantivyIndex::open(&version.join("lexical"))?;
+                if !self.shared {
+                    crate::retrieval::lexical::TantivyIndex::open(&version.join("lexical"))?;
+                }
                 self.point_at(&version)?;
                 Ok(version)
             }
@@ -108,7 +132,7 @@ impl IndexRoot {
         self.try_exclusive()?.with_context(|| {
             format!(
                 "another ingest is writing this index ({} is locked): wait for it to finish",
-                self.0.join(LOCK).display()
+                self.dir.join(LOCK).display()
             )
         })
     }
@@ -116,9 +140,9 @@ impl IndexRoot {
     /// `index/ingest.lock`, or `None` while another holds it (an ingest, or the serving
     /// gateway, which holds it as long as it owns the index).
     pub fn try_exclusive(&self) -> anyhow::Result<Option<File>> {
-        std::fs::create_dir_all(&self.0)
-            .with_context(|| format!("cannot create {}", self.0.display()))?;
-        let path = self.0.join(LOCK);
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("cannot create {}", self.dir.display()))?;
+        let path = self.dir.join(LOCK);
         let file = File::options()
             .create(true)
             .truncate(false)
@@ -137,18 +161,18 @@ impl IndexRoot {
     /// The socket a serving gateway that owns this index answers `ingest` on, in a folder
     /// only its user may enter (`control/`, mode 0700).
     pub fn socket(&self) -> PathBuf {
-        self.0.join("control").join("gateway.sock")
+        self.dir.join("control").join("gateway.sock")
     }
 
     /// A new, empty version folder (not live until [`publish`](Self::publish)).
     pub fn new_version(&self) -> anyhow::Result<PathBuf> {
-        std::fs::create_dir_all(&self.0)
-            .with_context(|| format!("cannot create {}", self.0.display()))?;
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("cannot create {}", self.dir.display()))?;
         let name = format!(
             "{VERSION_PREFIX}{}",
             chrono::Utc::now().format("%Y%m%dT%H%M%S%.9f")
         );
-        let path = self.0.join(name);
+        let path = self.dir.join(name);
         std::fs::create_dir(&path).with_context(|| format!("cannot create {}", path.display()))?;
         Ok(path)
     }
@@ -159,7 +183,7 @@ impl IndexRoot {
     pub fn publish(&self, version: &Path) -> anyhow::Result<()> {
         sync_tree(version)?;
         self.point_at(version)?;
-        for entry in std::fs::read_dir(&self.0)? {
+        for entry in std::fs::read_dir(&self.dir)? {
             let path = entry?.path();
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             let stale = path != version
@@ -186,12 +210,12 @@ impl IndexRoot {
             .file_name()
             .and_then(|n| n.to_str())
             .context("an index version folder has a name")?;
-        let tmp = self.0.join(format!("{POINTER}.tmp"));
+        let tmp = self.dir.join(format!("{POINTER}.tmp"));
         let mut file = File::create(&tmp)?;
         writeln!(file, "{name}")?;
         file.sync_all()?;
-        std::fs::rename(&tmp, self.0.join(POINTER))?;
-        sync_dir(&self.0)
+        std::fs::rename(&tmp, self.dir.join(POINTER))?;
+        sync_dir(&self.dir)
     }
 }
 

@@ -182,7 +182,7 @@ impl Keeper {
         };
         let files = owned
             .as_ref()
-            .map(|(_, dir, _)| manifest_counts(dir))
+            .map(|(_, dir, indexes)| manifest_counts(dir, indexes))
             .unwrap_or_default();
         let owned_now = owned.is_some();
         let keeper = Self {
@@ -374,7 +374,7 @@ async fn run(inner: Arc<Inner>) {
         if inner.lock().owned.is_none() {
             match take_over(&inner.root, &inner.open, !inner.sources.is_empty()) {
                 Ok(Some(owned)) => {
-                    let (files, chunks) = manifest_counts(&owned.1);
+                    let (files, chunks) = manifest_counts(&owned.1, &owned.2);
                     inner.swap(owned.2.clone());
                     let mut state = inner.lock();
                     (state.files, state.chunks) = (files, chunks);
@@ -464,7 +464,7 @@ async fn refresh(inner: &Inner, request: &Request, tracker: &Tracker) -> anyhow:
             .context("the gateway does not own its index")?;
         (dir.clone(), indexes.clone())
     };
-    let ingestor = ingestor(&inner.rules, &indexes, &dir);
+    let ingestor = ingestor(&inner.rules, &indexes, &dir, request.rebuild);
     let summary = ingestor.run(&paths, tracker).await;
     if !request.rebuild {
         return summary;
@@ -488,9 +488,12 @@ async fn refresh(inner: &Inner, request: &Request, tracker: &Tracker) -> anyhow:
     }
 }
 
-/// An ingestor writing into `indexes`, whose manifest is in `dir`.
-pub fn ingestor(rules: &Rules, indexes: &Indexes, dir: &Path) -> Ingestor {
+/// An ingestor writing into `indexes`, whose manifest is in `dir` (or kept by the index
+/// itself, when shared). A rebuild of a shared index, which cannot start from an empty
+/// folder, writes every file again in place.
+pub fn ingestor(rules: &Rules, indexes: &Indexes, dir: &Path, rebuild: bool) -> Ingestor {
     Ingestor {
+        reindex: rebuild && indexes.lexical.records().is_some(),
         lexical: indexes.lexical.clone(),
         dense: indexes.dense.as_ref().map(|(embedder, store)| DenseSink {
             embedder: embedder.clone(),
@@ -561,9 +564,10 @@ fn missing(why: String) -> anyhow::Result<Indexes> {
     })
 }
 
-/// Files and chunks the manifest in `dir` lists.
-fn manifest_counts(dir: &Path) -> (usize, usize) {
-    super::Manifest::load(&dir.join("manifest.json"))
+/// Files and chunks the manifest of `indexes` (in `dir`) lists.
+fn manifest_counts(dir: &Path, indexes: &Indexes) -> (usize, usize) {
+    super::ManifestStore::new(indexes.lexical.clone(), dir.join("manifest.json"))
+        .load()
         .map(|m| (m.files.len(), m.files.values().map(|e| e.chunks).sum()))
         .unwrap_or_default()
 }

@@ -79,6 +79,80 @@ impl Manifest {
     }
 }
 
+/// Where the manifest is kept: a file beside the index, or with a shared index itself
+/// (`LexicalIndex::records`), one record per file, so every process writing that index
+/// reads one manifest and writes only what it changed.
+pub struct ManifestStore {
+    index: Arc<dyn LexicalIndex>,
+    path: PathBuf,
+    /// The records as last loaded or saved (shared index only): what a save must change.
+    saved: std::sync::Mutex<BTreeMap<String, serde_json::Value>>,
+}
+
+/// The key of the manifest's own record in a shared index (file keys are never empty).
+const EMBEDDER_RECORD: &str = "";
+
+impl ManifestStore {
+    pub fn new(index: Arc<dyn LexicalIndex>, path: PathBuf) -> Self {
+        Self {
+            index,
+            path,
+            saved: Default::default(),
+        }
+    }
+
+    pub fn load(&self) -> anyhow::Result<Manifest> {
+        let Some(records) = self.index.records() else {
+            return Manifest::load(&self.path);
+        };
+        let stored = records.load().context("reading the index's records")?;
+        let mut manifest = Manifest::default();
+        for (key, value) in &stored {
+            if key == EMBEDDER_RECORD {
+                manifest.embedder = serde_json::from_value(value.clone()).unwrap_or_default();
+            } else if let Ok(entry) = serde_json::from_value::<FileEntry>(value.clone()) {
+                manifest.files.insert(key.clone(), entry);
+            }
+        }
+        *self.saved.lock().unwrap_or_else(|e| e.into_inner()) = stored;
+        Ok(manifest)
+    }
+
+    pub fn save(&self, manifest: &Manifest) -> anyhow::Result<()> {
+        let Some(records) = self.index.records() else {
+            return manifest.save(&self.path);
+        };
+        let mut now: BTreeMap<String, serde_json::Value> = manifest
+            .files
+            .iter()
+            .map(|(k, e)| Ok((k.clone(), serde_json::to_value(e)?)))
+            .collect::<anyhow::Result<_>>()?;
+        now.insert(
+            EMBEDDER_RECORD.into(),
+            serde_json::to_value(&manifest.embedder)?,
+        );
+        let mut saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+        let changed: Vec<(String, serde_json::Value)> = now
+            .iter()
+            .filter(|(k, v)| saved.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let gone: Vec<String> = saved
+            .keys()
+            .filter(|k| !now.contains_key(*k))
+            .cloned()
+            .collect();
+        records
+            .put(&changed)
+            .context("writing the index's records")?;
+        records
+            .remove(&gone)
+            .context("removing the index's records")?;
+        *saved = now;
+        Ok(())
+    }
+}
+
 /// Files passed over: (file, reason).
 pub type Skipped = Vec<(String, String)>;
 
@@ -147,14 +221,16 @@ pub struct Ingestor {
     pub dense: Option<DenseSink>,
     pub rules: Rules,
     pub manifest_path: PathBuf,
+    /// Every file is read and written again even when its hash is known.
+    pub reindex: bool,
 }
 
 impl Ingestor {
     /// Ingests `roots`. `progress` is told the number of files to process, then each
     /// file as it is done.
     pub async fn run(&self, roots: &[PathBuf], progress: &dyn Progress) -> anyhow::Result<Summary> {
-        let mut manifest =
-            Manifest::load(&self.manifest_path).context("reading the ingest manifest")?;
+        let store = ManifestStore::new(self.lexical.clone(), self.manifest_path.clone());
+        let mut manifest = store.load().context("reading the ingest manifest")?;
         let embedder_name = self.dense.as_ref().map(|d| d.embedder.describe());
         // Stored vectors are reused only when this embedder made them: another's are
         // dropped first, so that a run stopped half way leaves none to be reused later.
@@ -233,7 +309,11 @@ impl Ingestor {
                 }
             };
             let sha = hex(&Sha256::digest(text.as_bytes()));
-            if let Some(entry) = manifest.files.get_mut(&f.key).filter(|e| e.sha256 == sha) {
+            if let Some(entry) = manifest
+                .files
+                .get_mut(&f.key)
+                .filter(|e| !self.reindex && e.sha256 == sha)
+            {
                 // The root as named now (an index from before absolute roots).
                 entry.root.clone_from(&f.root);
                 summary.files_unchanged += 1;
@@ -256,8 +336,8 @@ impl Ingestor {
             for k in &deleted {
                 manifest.files.remove(k);
             }
-            manifest
-                .save(&self.manifest_path)
+            store
+                .save(&manifest)
                 .context("saving the ingest manifest")?;
             summary.files_removed = deleted.len();
             progress.advance(deleted.len() as u64, 0);
@@ -313,8 +393,8 @@ impl Ingestor {
                     },
                 );
             }
-            manifest
-                .save(&self.manifest_path)
+            store
+                .save(&manifest)
                 .context("saving the ingest manifest")?;
             summary.files_indexed += batch.len();
             summary.chunks_written += n_chunks;

@@ -437,6 +437,7 @@ impl Retriever {
     ) -> anyhow::Result<Vec<Hit>> {
         let started = Instant::now();
         let small = query.len() <= INLINE_SEARCH_BYTES
+            && !ix.lexical.remote()
             && ix
                 .lexical
                 .len()

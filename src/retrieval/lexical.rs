@@ -1,12 +1,7 @@
-//! BM25 over the knowledge base with tantivy, in process.
-//!
-//! Prose is indexed twice, once per language analyzer (English and Spanish: lowercase,
-//! stop words, Snowball stemming, accent folding), and every chunk once more with a code
-//! analyzer whose text has its identifiers split (`getUserName` → `get user name`,
-//! `user_name` → `user name`). A query is searched in the fields of its own language plus
-//! the code field, so a Spanish query meets Spanish stems and an English one English stems.
+//! BM25 over the knowledge base with tantivy, in process: one field per
+//! `analyzers::Field`, each read by its analyzer.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -18,24 +13,13 @@ use tantivy::query::{Bm25StatisticsProvider, BooleanQuery, BoostQuery, Occur, Qu
 use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, STORED, STRING,
 };
-use tantivy::tokenizer::{
-    AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer,
-    StopWordFilter, TextAnalyzer,
-};
 use tantivy::{
     DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term,
 };
 
+use super::analyzers::{self, Analyzers};
 use super::{Hit, KnowledgeChunk, Lang, LexicalIndex};
 
-const EN: &str = "assist_en";
-const ES: &str = "assist_es";
-const CODE: &str = "assist_code";
-/// The code field's analyzer for a Spanish query: the same tokens less Spanish function
-/// words. "de", "la", "que" name nothing in code but sit in every Spanish chunk's code
-/// field, where a question's many function words outweighed its real terms. English
-/// queries keep theirs: "for", "if", "in", "not", "this", "as" are code keywords too.
-const CODE_QUERY_ES: &str = "assist_code_query_es";
 /// Largest index (in chunks, deleted ones included) merged into one segment after
 /// ingestion: about half a second of merging at most (`cargo bench --bench retrieval`).
 const MERGE_ALL_UP_TO_DOCS: u64 = 50_000;
@@ -43,24 +27,24 @@ const MERGE_ALL_UP_TO_DOCS: u64 = 50_000;
 /// Memory the writer may use before it flushes a segment.
 const WRITER_BUDGET: usize = 64 * 1024 * 1024;
 
-/// How much a match in each field counts.
-const BODY_BOOST: f32 = 1.0;
-const SECTION_BOOST: f32 = 1.5;
-const CODE_BOOST: f32 = 0.8;
-/// A whole identifier spelled out in the query ("get user name" → getUserName).
-const IDENTIFIER_BOOST: f32 = 2.0;
-
 #[derive(Clone, Copy)]
 struct Fields {
     chunk_id: Field,
     source_file: Field,
     doc_type: Field,
-    section_en: Field,
-    section_es: Field,
-    body_en: Field,
-    body_es: Field,
-    code: Field,
+    /// One per `analyzers::Field`, in the order of `analyzers::Field::ALL`.
+    text: [Field; 5],
     payload: Field,
+}
+
+impl Fields {
+    fn text(&self, field: analyzers::Field) -> Field {
+        let at = analyzers::Field::ALL
+            .iter()
+            .position(|f| *f == field)
+            .unwrap_or_default();
+        self.text[at]
+    }
 }
 
 pub struct TantivyIndex {
@@ -70,6 +54,7 @@ pub struct TantivyIndex {
     writer: Option<Mutex<WriterSlot>>,
     fields: Fields,
     chunks: Mutex<ChunkCache>,
+    analyzers: Analyzers,
 }
 
 /// Chunks read from stored documents, by their address in the index as one searcher
@@ -99,129 +84,19 @@ fn schema() -> (Schema, Fields) {
         )
     };
     let mut b = Schema::builder();
+    // The order of the fields is the index's schema on disk: keep it.
+    let chunk_id = b.add_text_field("chunk_id", STRING | STORED);
+    let source_file = b.add_text_field("source_file", STRING | STORED);
+    let doc_type = b.add_text_field("doc_type", STRING | STORED);
+    let text = analyzers::Field::ALL.map(|f| b.add_text_field(f.name(), text(f.analyzer())));
     let fields = Fields {
-        chunk_id: b.add_text_field("chunk_id", STRING | STORED),
-        source_file: b.add_text_field("source_file", STRING | STORED),
-        doc_type: b.add_text_field("doc_type", STRING | STORED),
-        section_en: b.add_text_field("section_en", text(EN)),
-        section_es: b.add_text_field("section_es", text(ES)),
-        body_en: b.add_text_field("body_en", text(EN)),
-        body_es: b.add_text_field("body_es", text(ES)),
-        code: b.add_text_field("code", text(CODE)),
+        chunk_id,
+        source_file,
+        doc_type,
+        text,
         payload: b.add_text_field("payload", STORED),
     };
     (b.build(), fields)
-}
-
-fn register_analyzers(index: &Index) -> anyhow::Result<()> {
-    let stop = |lang| {
-        StopWordFilter::new(lang).ok_or_else(|| anyhow!("tantivy has no stop words for {lang:?}"))
-    };
-    let english = TextAnalyzer::builder(SimpleTokenizer::default())
-        .filter(RemoveLongFilter::limit(40))
-        .filter(LowerCaser)
-        .filter(AsciiFoldingFilter)
-        .filter(stop(Language::English)?)
-        .filter(Stemmer::new(Language::English))
-        .build();
-    // Spanish stop words and the Snowball stemmer expect accents; fold after them.
-    let spanish = TextAnalyzer::builder(SimpleTokenizer::default())
-        .filter(RemoveLongFilter::limit(40))
-        .filter(LowerCaser)
-        .filter(stop(Language::Spanish)?)
-        .filter(Stemmer::new(Language::Spanish))
-        .filter(AsciiFoldingFilter)
-        .build();
-    let code = TextAnalyzer::builder(SimpleTokenizer::default())
-        .filter(RemoveLongFilter::limit(60))
-        .filter(LowerCaser)
-        .filter(AsciiFoldingFilter)
-        .build();
-    let code_query_es = TextAnalyzer::builder(SimpleTokenizer::default())
-        .filter(RemoveLongFilter::limit(60))
-        .filter(LowerCaser)
-        .filter(stop(Language::Spanish)?)
-        .filter(AsciiFoldingFilter)
-        .build();
-    let manager = index.tokenizers();
-    manager.register(EN, english);
-    manager.register(ES, spanish);
-    manager.register(CODE, code);
-    manager.register(CODE_QUERY_ES, code_query_es);
-    Ok(())
-}
-
-/// Runs of 2 or 3 adjacent query words glued together and lowercased, as an identifier
-/// made of them would be indexed in the code field; each once (linear in the query).
-fn joined_words(query: &str) -> Vec<String> {
-    let words: Vec<String> = query
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .collect();
-    let mut seen = HashSet::new();
-    let mut out = Vec::new();
-    for n in 2..=3 {
-        for w in words.windows(n) {
-            let joined = w.concat();
-            if seen.insert(joined.clone()) {
-                out.push(joined);
-            }
-        }
-    }
-    out
-}
-
-/// Adds the parts of every compound identifier after it: `getUserName` →
-/// `getUserName get User Name`, `MAX_RETRIES` → `MAX_RETRIES MAX RETRIES`.
-pub fn split_identifiers(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 2);
-    let mut word = String::new();
-    let flush = |word: &mut String, out: &mut String| {
-        if word.is_empty() {
-            return;
-        }
-        out.push_str(word);
-        let parts = identifier_parts(word);
-        if parts.len() > 1 {
-            for p in parts {
-                out.push(' ');
-                out.push_str(p);
-            }
-        }
-        word.clear();
-    };
-    for c in text.chars() {
-        if c.is_alphanumeric() || c == '_' {
-            word.push(c);
-        } else {
-            flush(&mut word, &mut out);
-            out.push(c);
-        }
-    }
-    flush(&mut word, &mut out);
-    out
-}
-
-/// `getUserName` → [get, User, Name]; `HTTPServer2` → [HTTP, Server2]; `a_b` → [a, b].
-fn identifier_parts(word: &str) -> Vec<&str> {
-    let mut parts = Vec::new();
-    for piece in word.split('_').filter(|p| !p.is_empty()) {
-        let chars: Vec<(usize, char)> = piece.char_indices().collect();
-        let mut start = 0;
-        for i in 1..chars.len() {
-            let (prev, cur) = (chars[i - 1].1, chars[i].1);
-            let next_lower = chars.get(i + 1).is_some_and(|(_, n)| n.is_lowercase());
-            let boundary = (prev.is_lowercase() && cur.is_uppercase())
-                || (prev.is_uppercase() && cur.is_uppercase() && next_lower);
-            if boundary {
-                parts.push(&piece[start..chars[i].0]);
-                start = chars[i].0;
-            }
-        }
-        parts.push(&piece[start..]);
-    }
-    parts
 }
 
 impl TantivyIndex {
@@ -255,7 +130,8 @@ impl TantivyIndex {
     }
 
     fn with_index(index: Index, writable: bool) -> anyhow::Result<Self> {
-        register_analyzers(&index)?;
+        let analyzers = Analyzers::new()?;
+        analyzers.register(&index)?;
         let (_, fields) = schema();
         let writer = if writable {
             Some(Mutex::new(Some(index.writer(WRITER_BUDGET)?)))
@@ -274,6 +150,7 @@ impl TantivyIndex {
             writer,
             fields,
             chunks: Mutex::default(),
+            analyzers,
         })
     }
 
@@ -283,14 +160,9 @@ impl TantivyIndex {
         doc.add_text(f.chunk_id, &chunk.chunk_id);
         doc.add_text(f.source_file, &chunk.source_file);
         doc.add_text(f.doc_type, chunk.doc_type.as_str());
-        doc.add_text(f.section_en, &chunk.section);
-        doc.add_text(f.section_es, &chunk.section);
-        doc.add_text(f.body_en, &chunk.text);
-        doc.add_text(f.body_es, &chunk.text);
-        doc.add_text(
-            f.code,
-            split_identifiers(&format!("{} {}", chunk.section, chunk.text)),
-        );
+        for field in analyzers::Field::ALL {
+            doc.add_text(f.text(field), field.text(chunk));
+        }
         doc.add_text(f.payload, serde_json::to_string(chunk)?);
         Ok(doc)
     }
@@ -355,24 +227,6 @@ impl TantivyIndex {
     }
 }
 
-/// The distinct terms `analyzer` makes of `text` for `field`, each once (linear in the
-/// text: a question of 25,000 distinct words took seconds when repeats were found by
-/// scanning).
-fn terms(mut analyzer: TextAnalyzer, field: Field, text: &str) -> Vec<Term> {
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut words: Vec<String> = Vec::new();
-    let mut stream = analyzer.token_stream(text);
-    stream.process(&mut |t| {
-        if seen.insert(t.text.clone()) {
-            words.push(t.text.clone());
-        }
-    });
-    words
-        .iter()
-        .map(|w| Term::from_field_text(field, w))
-        .collect()
-}
-
 /// BM25's statistics for one search, with the document frequencies the search already
 /// looked up: tantivy would look each up again in the term dictionary (about a thousand
 /// instructions a term), with the same answer from the same searcher.
@@ -428,47 +282,23 @@ impl LexicalIndex for TantivyIndex {
     }
 
     fn search(&self, query: &str, lang: Lang, top_n: usize) -> anyhow::Result<Vec<Hit>> {
-        let f = &self.fields;
-        let (body, section, code_query_analyzer) = match lang {
-            Lang::En => (f.body_en, f.section_en, CODE),
-            Lang::Es => (f.body_es, f.section_es, CODE_QUERY_ES),
-        };
         let searcher = self.reader.searcher();
         let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
         let mut known = KnownFrequencies {
             searcher: &searcher,
             found: HashMap::default(),
         };
-        // Terms no chunk has are left out: each clause costs a weight and a scorer per
-        // segment, found or not.
-        let mut add = |term: Term, boost: f32| -> anyhow::Result<()> {
+        for wanted in self.analyzers.query_terms(query, lang)? {
+            let term = Term::from_field_text(self.fields.text(wanted.field), &wanted.term);
+            // Terms no chunk has are left out: each clause costs a weight and a scorer
+            // per segment, found or not.
             let frequency = searcher.doc_freq(&term)?;
             if frequency > 0 {
                 known.found.insert(term.clone(), frequency);
                 let q = TermQuery::new(term, IndexRecordOption::WithFreqs);
-                clauses.push((Occur::Should, Box::new(BoostQuery::new(Box::new(q), boost))));
+                let boosted = BoostQuery::new(Box::new(q), wanted.boost);
+                clauses.push((Occur::Should, Box::new(boosted)));
             }
-            Ok(())
-        };
-        let code_query = split_identifiers(query);
-        let own = |field| self.index.tokenizer_for_field(field);
-        let code_analyzer = self
-            .index
-            .tokenizers()
-            .get(code_query_analyzer)
-            .ok_or_else(|| anyhow!("no analyzer {code_query_analyzer}"))?;
-        for (field, analyzer, text, boost) in [
-            (body, own(body)?, query, BODY_BOOST),
-            (section, own(section)?, query, SECTION_BOOST),
-            (f.code, code_analyzer, code_query.as_str(), CODE_BOOST),
-        ] {
-            for term in terms(analyzer, field, text) {
-                add(term, boost)?;
-            }
-        }
-        // Words written apart may name one identifier: "get user name" → getusername.
-        for joined in joined_words(query) {
-            add(Term::from_field_text(f.code, &joined), IDENTIFIER_BOOST)?;
         }
         if clauses.is_empty() || top_n == 0 {
             return Ok(Vec::new());
@@ -603,21 +433,6 @@ mod tests {
 
     fn ids(hits: &[Hit]) -> Vec<&str> {
         hits.iter().map(|h| h.chunk.chunk_id.as_str()).collect()
-    }
-
-    #[test]
-    fn splits_identifiers() {
-        assert_eq!(identifier_parts("getUserName"), ["get", "User", "Name"]);
-        assert_eq!(identifier_parts("HTTPServer2"), ["HTTP", "Server2"]);
-        assert_eq!(
-            identifier_parts("lookup_display_name"),
-            ["lookup", "display", "name"]
-        );
-        assert_eq!(identifier_parts("plain"), ["plain"]);
-        assert_eq!(
-            split_identifiers("x = getUser();"),
-            "x = getUser get User();"
-        );
     }
 
     #[test]

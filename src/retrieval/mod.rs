@@ -2,12 +2,14 @@
 //! rank fusion. The dense-vector store and the hybrid retriever that fuses both lists
 //! join here (issue 3); ingestion fills the indexes.
 
+pub mod analyzers;
 pub mod edge;
 pub mod fusion;
 pub mod hybrid;
 pub mod indexes;
 pub mod lang;
 pub mod lexical;
+pub mod qdrant_lexical;
 pub mod qdrant_server;
 
 use std::sync::Arc;
@@ -104,6 +106,26 @@ pub trait LexicalIndex: Send + Sync {
     fn is_empty(&self) -> anyhow::Result<bool> {
         Ok(self.len()? == 0)
     }
+    /// Whether its calls leave the process (a server): they are never made on a
+    /// request's own task.
+    fn remote(&self) -> bool {
+        false
+    }
+    /// The record of what is indexed (ingest's manifest: each file's hash), when the
+    /// index keeps it itself so that every process writing one shared index reads the
+    /// same record; `None`: the record is a file beside the index.
+    fn records(&self) -> Option<&dyn Records> {
+        None
+    }
+}
+
+/// Records kept with a shared index, by key (JSON values; what they mean is the
+/// ingest's business).
+pub trait Records: Send + Sync {
+    fn load(&self) -> anyhow::Result<std::collections::BTreeMap<String, serde_json::Value>>;
+    /// Writes these records, replacing any of the same keys.
+    fn put(&self, records: &[(String, serde_json::Value)]) -> anyhow::Result<()>;
+    fn remove(&self, keys: &[String]) -> anyhow::Result<()>;
 }
 
 /// Which chunks a vector search considers, by their `language`.

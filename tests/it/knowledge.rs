@@ -136,45 +136,6 @@ async fn embedded_qdrant_store_contract() {
     .await;
 }
 
-/// The Qdrant gRPC API served by tests/qdrant_grpc_server.py (the qdrant-client PyPI
-/// package's servicers in front of its in-memory engine).
-struct QdrantTestServer {
-    child: std::process::Child,
-    url: String,
-}
-
-impl QdrantTestServer {
-    fn start() -> Option<Self> {
-        use std::io::BufRead;
-        let python = python_for("the Qdrant server tests")?;
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/qdrant_grpc_server.py");
-        let mut child = std::process::Command::new(python)
-            .args([script, "0"])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start the Qdrant test server");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
-            .strip_prefix("LISTENING ")
-            .unwrap_or_else(|| panic!("unexpected: {line:?}"));
-        Some(Self {
-            url: format!("http://127.0.0.1:{port}"),
-            child,
-        })
-    }
-}
-
-impl Drop for QdrantTestServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[tokio::test]
 async fn qdrant_server_store_contract() {
     let Some(server) = QdrantTestServer::start() else {

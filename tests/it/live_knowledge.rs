@@ -22,7 +22,7 @@ fn write(path: &Path, text: &str) {
 
 /// A page about one made-up word, so that a question naming it finds this page alone (the
 /// question's other words are in no page).
-fn page(word: &str) -> String {
+pub(crate) fn page(word: &str) -> String {
     format!("# The {word} setting\n\nThe {word} setting decides how {word} requests are retried and logged.\n")
 }
 
@@ -51,7 +51,13 @@ async fn sources(gw: &Gateway, word: &str) -> Vec<String> {
 
 /// Waits until a question about `word` is answered with (or, `false`, without) `file`;
 /// how long it took.
-async fn served(gw: &Gateway, word: &str, file: &str, present: bool, within: Duration) -> Duration {
+pub(crate) async fn served(
+    gw: &Gateway,
+    word: &str,
+    file: &str,
+    present: bool,
+    within: Duration,
+) -> Duration {
     let started = Instant::now();
     while started.elapsed() < within {
         if sources(gw, word).await.iter().any(|f| f == file) == present {

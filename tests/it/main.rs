@@ -54,6 +54,7 @@ mod relay;
 mod responses_api;
 mod secrets;
 mod security;
+mod shared_knowledge;
 mod stored_responses;
 mod tool_call_streams;
 mod traces;

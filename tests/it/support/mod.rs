@@ -26,6 +26,10 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+mod servers;
+#[allow(unused_imports)]
+pub use servers::{QdrantTestServer, RedisServer};
+
 pub const UPSTREAM_MODEL: &str = "up-model:latest";
 
 /// What the scripted upstream does with one request.
@@ -1562,67 +1566,6 @@ pub fn gateway_binary() -> std::path::PathBuf {
         .parent()
         .unwrap()
         .join("assist-gateway")
-}
-
-/// A real `redis-server` (Debian's package, installed by scripts/system-deps.sh) on a free
-/// port, stopped when dropped. `None` (the test says it was skipped) when it is missing,
-/// outside CI.
-pub struct RedisServer {
-    child: std::process::Child,
-    pub port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl RedisServer {
-    pub fn start() -> Option<Self> {
-        let binary = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
-            .into_iter()
-            .find(|p| Path::new(p).exists());
-        let Some(binary) = binary else {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "redis-server is missing: scripts/system-deps.sh installs it"
-            );
-            eprintln!("SKIPPED: redis-server is not installed");
-            return None;
-        };
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = tempfile::tempdir().unwrap();
-        let child = std::process::Command::new(binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--dir"])
-            .arg(dir.path())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let server = Self {
-            child,
-            port,
-            _dir: dir,
-        };
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(server);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("redis-server did not start");
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Every message text the upstream was given in one request, in order.
