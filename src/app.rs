@@ -49,7 +49,18 @@ pub fn open_knowledge(settings: &Settings) -> anyhow::Result<Knowledge> {
         }
     };
     let embedder = embed::from_settings(&settings.embeddings, &settings.llm)?;
-    open_version(settings, embedder.as_ref(), &dir, false)
+    open_version(settings, embedder.as_ref(), &dir, false).or_else(|e| {
+        // The embedded vector engine has one holder: beside a serving gateway (or an
+        // ingest) it is taken, and the question is searched with BM25 alone.
+        let lexical_only = open_version(settings, None, &dir, false)?;
+        let error = format!("{e:#}");
+        if error.contains("WouldBlock") {
+            tracing::warn!("the vectors are held by another process (a serving gateway or an ingest): BM25 answers alone");
+        } else {
+            tracing::warn!(error = %error, "the vectors cannot be opened: BM25 answers alone");
+        }
+        Ok(lexical_only)
+    })
 }
 
 /// Opens the indexes in one version folder: writable for `ingest` and the serving

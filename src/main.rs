@@ -420,8 +420,12 @@ async fn eval_retrieval(
     };
     let scores = evaluate(&retriever, &cases, k, modes).await?;
     print!("{}", table(&scores, k));
-    if !has_vectors {
+    if !has_vectors
+        && settings.embeddings.provider == assist_gateway::config::EmbeddingProvider::None
+    {
         println!("(embeddings.provider = \"none\": vectors and hybrid not evaluated)");
+    } else if !has_vectors {
+        println!("(the vectors are held by another process, a serving gateway or an ingest: vectors and hybrid not evaluated)");
     }
     if let Some(path) = json {
         std::fs::write(&path, serde_json::to_vec_pretty(&scores)?)?;

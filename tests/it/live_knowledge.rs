@@ -278,6 +278,23 @@ async fn ingest_beside_the_serving_gateway_is_handed_over() {
     let out = run_ingest(&gw.settings, docs.path()).await;
     assert!(out.contains("ingested 0 files (1 unchanged"), "{out}");
     assert_eq!(embedded_texts(&up), before, "nothing embedded again");
+    // Evaluating beside it searches the index with BM25 and says why not the vectors
+    // (the embedded engine has one holder), where it stopped on the lock before.
+    let dataset = docs.path().join("questions.jsonl");
+    let case = json!({"query": question("quorvane"), "relevant": ["quorvane.md"]});
+    write(&dataset, &format!("{case}\n"));
+    let out = run_cli(
+        &gw.settings,
+        &["eval", "retrieval"],
+        &["--dataset".as_ref(), dataset.as_os_str()],
+    )
+    .await;
+    assert!(out.contains("held by another process"), "{out}");
+    let all = out
+        .lines()
+        .find(|l| l.starts_with("all"))
+        .unwrap_or_default();
+    assert!(all.ends_with("1.000"), "the file is found first: {out}");
 }
 
 fn embedded_vectors(s: &mut Settings, embed_url: &str) {
@@ -303,13 +320,19 @@ fn embedded_texts(up: &ScriptedUpstream) -> usize {
 /// The real `assist-gateway ingest --config … PATH`, which must exit 0; what it printed.
 /// Awaited, so that the gateway in this process answers meanwhile.
 async fn run_ingest(settings: &Settings, path: &Path) -> String {
+    run_cli(settings, &["ingest"], &[path.as_os_str()]).await
+}
+
+/// The real `assist-gateway COMMAND… --config … ARGS`, which must exit 0 and never meet
+/// the vector engine's lock; what it printed.
+async fn run_cli(settings: &Settings, command: &[&str], args: &[&std::ffi::OsStr]) -> String {
     let config = settings.data_dir.join("cli.toml");
     std::fs::write(&config, toml::to_string(settings).unwrap()).unwrap();
     let out = tokio::process::Command::new(gateway_binary())
-        .arg("ingest")
+        .args(command)
         .arg("--config")
         .arg(&config)
-        .arg(path)
+        .args(args)
         .env_remove("RUST_LOG")
         .output()
         .await
