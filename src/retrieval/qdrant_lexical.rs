@@ -222,6 +222,18 @@ fn chunk_of(
         .context("a Qdrant point's payload is not a chunk")
 }
 
+/// Removes the points `filter` selects, waiting until they are gone.
+async fn delete(client: &Qdrant, collection: &str, filter: Filter) -> anyhow::Result<()> {
+    client
+        .delete_points(
+            DeletePointsBuilder::new(collection)
+                .points(filter)
+                .wait(true),
+        )
+        .await?;
+    Ok(())
+}
+
 /// Chunks, not records.
 fn chunks_only() -> Filter {
     Filter::must_not([Condition::is_empty("chunk_id")])
@@ -259,13 +271,7 @@ impl LexicalIndex for QdrantLexical {
                 if !ids.is_empty() {
                     filter.must_not = vec![Condition::has_id(ids)];
                 }
-                client
-                    .delete_points(
-                        DeletePointsBuilder::new(collection.as_str())
-                            .points(filter)
-                            .wait(true),
-                    )
-                    .await?;
+                delete(&client, &collection, filter).await?;
             }
             Ok(())
         })
@@ -278,14 +284,7 @@ impl LexicalIndex for QdrantLexical {
         let files = files.to_vec();
         self.run(|client, collection| async move {
             let filter = Filter::must([Condition::matches("source_file", files)]);
-            client
-                .delete_points(
-                    DeletePointsBuilder::new(collection.as_str())
-                        .points(filter)
-                        .wait(true),
-                )
-                .await?;
-            Ok(())
+            delete(&client, &collection, filter).await
         })
     }
 
