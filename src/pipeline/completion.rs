@@ -9,6 +9,7 @@ use futures::StreamExt;
 use super::stream::answer_events;
 use super::window::estimate_tokens;
 use super::{fill, ms, ChatTurn, Event, EventStream, Pipeline};
+use crate::context::budget::estimate_tokens as estimate;
 use crate::error::GatewayError;
 use crate::llm::{FinishReason, Input, UpstreamRequest, Usage, Wire};
 use crate::sessions::Owner;
@@ -189,11 +190,21 @@ impl Pipeline {
         if repository {
             request.model = self.config.completion_model.clone();
         }
+        let room = self.fill_room(&request, &clock).await;
         let Some(template) = self.fill_template() else {
             // A family the gateway does not know: the upstream's own FIM (Ollama renders
             // the model's template with the suffix).
-            if let Input::Prompt { suffix: s, .. } = &mut request.input {
-                *s = Some(suffix);
+            if let Input::Prompt {
+                prompt,
+                suffix: s,
+                system,
+                ..
+            } = &mut request.input
+            {
+                let system = system.as_deref().map_or(0, estimate);
+                let (p, fitted) = fill::fit(prompt, &suffix, room.saturating_sub(system));
+                *prompt = p;
+                *s = Some(fitted);
             }
             let estimate = estimate_tokens(&request.input);
             let span = self.chat_span("text_completion", &request);
@@ -236,6 +247,9 @@ impl Pipeline {
                 }
             }
         };
+        // The prompt fits the window: the prefix loses its start, the suffix its end.
+        let frame = estimate(&template.render("", "", &repo));
+        let (prefix, suffix) = fill::fit(&prefix, &suffix, room.saturating_sub(frame));
         let text = template.render(&prefix, &suffix, &repo);
         tracing::info!(
             stage = "fill",
@@ -294,6 +308,15 @@ impl Pipeline {
             most,
         );
         Ok(self.recent_fills.keep(key, events))
+    }
+}
+
+impl Pipeline {
+    /// The tokens a fill's prompt may take: the window less the answer's room, and a
+    /// margin for the template's own tokens.
+    async fn fill_room(&self, request: &UpstreamRequest, clock: &UpstreamClock) -> usize {
+        let (window, answer) = self.window_and_answer(&request.params, clock).await;
+        window.saturating_sub(answer + 32)
     }
 }
 

@@ -444,9 +444,110 @@ pub fn query(prefix: &str, suffix: &str) -> String {
     words.join(" ")
 }
 
+/// `prefix` and `suffix` cut to `budget` estimated tokens together, as editors cut them:
+/// the prefix loses its start and the suffix its end (the text nearest the cursor is what
+/// a middle depends on), each at a line's edge, the suffix keeping at most a quarter of
+/// the budget unless the prefix leaves more.
+pub fn fit(prefix: &str, suffix: &str, budget: usize) -> (String, String) {
+    use crate::context::budget::estimate_tokens as tokens;
+    let (before, after) = (tokens(prefix), tokens(suffix));
+    if before + after <= budget {
+        return (prefix.to_string(), suffix.to_string());
+    }
+    let suffix_room = after.min((budget / 4).max(budget.saturating_sub(before)));
+    let prefix_room = budget - suffix_room;
+    (
+        tail_within(prefix, prefix_room).to_string(),
+        head_within(suffix, suffix_room).to_string(),
+    )
+}
+
+/// The longest end of `text` within `budget` tokens that starts a line (or, when no
+/// whole line fits, the longest end of the last line).
+fn tail_within(text: &str, budget: usize) -> &str {
+    use crate::context::budget::estimate_tokens as tokens;
+    // No estimate reads fewer than a token per 8 bytes: what lies before is never kept.
+    let mut from = text.len().saturating_sub(budget.saturating_mul(8));
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    let text = &text[from..];
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .filter(|&i| i < text.len() && (i > 0 || from == 0))
+        .collect();
+    // Fewer tokens from later starts: the first start that fits, by bisection.
+    let at = starts.partition_point(|&i| tokens(&text[i..]) > budget);
+    if let Some(&i) = starts.get(at) {
+        return &text[i..];
+    }
+    let positions: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+    let at = positions.partition_point(|&i| tokens(&text[i..]) > budget);
+    positions.get(at).map_or("", |&i| &text[i..])
+}
+
+/// The longest start of `text` within `budget` tokens that ends a line (or, when no
+/// whole line fits, the longest start of the first line).
+fn head_within(text: &str, budget: usize) -> &str {
+    use crate::context::budget::estimate_tokens as tokens;
+    let mut to = text.len().min(budget.saturating_mul(8));
+    while !text.is_char_boundary(to) {
+        to -= 1;
+    }
+    let cut = to < text.len();
+    let text = &text[..to];
+    let ends: Vec<usize> = text
+        .match_indices('\n')
+        .map(|(i, _)| i + 1)
+        .chain((!cut).then_some(text.len()))
+        .collect();
+    let at = ends.partition_point(|&i| tokens(&text[..i]) <= budget);
+    if let Some(k) = at.checked_sub(1) {
+        return &text[..ends[k]];
+    }
+    let positions: Vec<usize> = text.char_indices().map(|(i, c)| i + c.len_utf8()).collect();
+    let at = positions.partition_point(|&i| tokens(&text[..i]) <= budget);
+    at.checked_sub(1).map_or("", |k| &text[..positions[k]])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fill_too_long_for_the_window_keeps_the_lines_nearest_the_cursor() {
+        use crate::context::budget::estimate_tokens as tokens;
+        let prefix: String = (0..20_000).map(|i| format!("let a{i} = {i};\n")).collect();
+        let suffix: String = (0..20_000).map(|i| format!("print(b{i})\n")).collect();
+        let (p, s) = fit(&prefix, &suffix, 2_000);
+        assert!(tokens(&p) + tokens(&s) <= 2_000);
+        assert!(p.ends_with("let a19999 = 19999;\n") && prefix.ends_with(&p));
+        assert!(p.starts_with("let a"), "whole lines: {}", &p[..20]);
+        assert!(s.starts_with("print(b0)\n") && suffix.starts_with(&s) && s.ends_with('\n'));
+        assert!(
+            tokens(&s) <= 500 && tokens(&s) > 400,
+            "a quarter for the suffix"
+        );
+        assert!(tokens(&p) > 1_400, "the rest for the prefix");
+        // A short suffix leaves its room to the prefix; what fits is untouched.
+        let (p, s) = fit(&prefix, "}\n", 2_000);
+        assert_eq!(s, "}\n");
+        assert!(tokens(&p) > 1_900);
+        assert_eq!(
+            fit("a\n", "b\n", 10),
+            ("a\n".to_string(), "b\n".to_string())
+        );
+        // One line longer than the budget: the end of it nearest the cursor.
+        let long = format!("{}\n{}", "a".repeat(100), "x y ".repeat(10_000));
+        let (p, _) = fit(&long, "", 100);
+        assert!(
+            long.ends_with(&p) && tokens(&p) <= 100 && tokens(&p) > 90,
+            "{}",
+            p.len()
+        );
+        let (_, s) = fit("", &"ñ y ".repeat(10_000), 100);
+        assert!(s.starts_with("ñ y ") && tokens(&s) <= 100 && tokens(&s) > 90);
+    }
 
     #[test]
     fn show_reports_each_familys_fim_template_with_suffix_and_prompt() {

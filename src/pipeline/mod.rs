@@ -442,20 +442,7 @@ impl Pipeline {
             root.set("input.value", query.clone());
         }
         let hit_tokens = self.protect_hits(&mut hits);
-        // The window is the upstream's (asked once, then known), or less when the client
-        // asks for less (Ollama's num_ctx); never more.
-        let window = clock.time(self.window()).await;
-        let asked = request.params.extra_options.get("num_ctx");
-        let window = asked
-            .and_then(Value::as_u64)
-            .map_or(window, |n| (n as usize).clamp(256, window));
-        // The room kept for the answer: a client's max_tokens (forwarded as it is, a cap
-        // for most servers) up to half the window, else the configured reserve up to a
-        // quarter (a client's small num_ctx still leaves room for the prompt).
-        let answer_tokens = match request.params.max_tokens {
-            Some(n) => (n as usize).min(window / 2),
-            None => (self.config.answer_reserve_tokens as usize).min(window / 4),
-        };
+        let (window, answer_tokens) = self.window_and_answer(&request.params, &clock).await;
         let tools = if request.tools.is_empty() {
             String::new()
         } else {

@@ -283,6 +283,30 @@ impl Pipeline {
         );
     }
 
+    /// The window a request is budgeted for and the room kept in it for the answer. The
+    /// window is the upstream's (asked once, then known), or less when the client asks
+    /// for less (Ollama's num_ctx); never more. The answer's room: a client's max_tokens
+    /// (forwarded as it is, a cap for most servers) up to half the window, else the
+    /// configured reserve up to a quarter (a client's small num_ctx still leaves room for
+    /// the prompt).
+    pub(super) async fn window_and_answer(
+        &self,
+        params: &crate::llm::GenParams,
+        clock: &crate::telemetry::UpstreamClock,
+    ) -> (usize, usize) {
+        let window = clock.time(self.window()).await;
+        let window = params
+            .extra_options
+            .get("num_ctx")
+            .and_then(serde_json::Value::as_u64)
+            .map_or(window, |n| (n as usize).clamp(256, window));
+        let answer = match params.max_tokens {
+            Some(n) => (n as usize).min(window / 2),
+            None => (self.config.answer_reserve_tokens as usize).min(window / 4),
+        };
+        (window, answer)
+    }
+
     /// The upstream model's context window: Ollama's `num_ctx`, else its trained length
     /// (both capped by `assistant.context_tokens`), else `assistant.context_tokens`.
     /// Learned once; an upstream that cannot tell yet is asked again next time.

@@ -204,6 +204,54 @@ async fn the_completion_model_by_its_own_name_is_filled_in_by_the_gateway() {
     assert_forwarded_with_suffix(&up, &gw, "/v1/completions", "other-model:latest").await;
 }
 
+/// A fill far longer than the window (a whole generated file before and after the cursor)
+/// reaches the upstream cut to fit it, as editors cut it: the prefix loses its start and
+/// the suffix its end, at lines' edges, the lines at the cursor kept. Before, the upstream
+/// received all of it, 1.6 million characters here, with an 8,192-token window.
+#[tokio::test]
+async fn a_fill_past_the_window_reaches_the_upstream_cut_to_fit_it() {
+    use assist_gateway::context::budget::estimate_tokens;
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::with_knowledge(&up, Provider::Openai, |s| {
+        qwen(s);
+        s.assistant.passthrough = true;
+    })
+    .await;
+    let prefix: String = (0..50_000).map(|i| format!("let a{i} = {i};\n")).collect();
+    let suffix: String = (0..60_000).map(|i| format!("print(b{i})\n")).collect();
+    up.push(Reply::tokens(&A_BODY_THEN_THE_SUFFIX));
+    let (status, _, text) = post(
+        &gw.url("/v1/completions"),
+        json!({"model": UPSTREAM_MODEL, "stream": false, "prompt": prefix,
+            "suffix": suffix, "max_tokens": 64}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    let sent = up.last_request().body;
+    let prompt = sent["prompt"].as_str().unwrap();
+    assert!(
+        estimate_tokens(prompt) <= 8_192 - 64,
+        "{} characters, {} tokens sent",
+        prompt.len(),
+        estimate_tokens(prompt)
+    );
+    let (before, after) = prompt
+        .strip_prefix("<|fim_prefix|>")
+        .and_then(|p| p.strip_suffix("<|fim_middle|>"))
+        .and_then(|p| p.split_once("<|fim_suffix|>"))
+        .unwrap_or_else(|| panic!("not a FIM prompt: {}", &prompt[..80]));
+    assert!(
+        before.starts_with("let a") && prefix.ends_with(before),
+        "whole lines, the last kept"
+    );
+    assert!(before.ends_with("let a49999 = 49999;\n"));
+    assert!(after.starts_with("print(b0)\n") && suffix.starts_with(after) && after.ends_with('\n'));
+    assert!(
+        estimate_tokens(before) > 4_000,
+        "most of the room for the prefix"
+    );
+}
+
 /// A completion with a suffix asked of `model` reaches the upstream as the client sent it.
 async fn assert_forwarded_with_suffix(
     up: &ScriptedUpstream,
