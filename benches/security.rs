@@ -12,9 +12,9 @@
 //! - `idle h2`: SECURITY_IDLE connections (2,000) that sent the HTTP/2 preface and
 //!   nothing more, held open, from one client;
 //! - `slow h1`: SECURITY_SLOW connections (500) sending request headers a byte a second;
-//! - `endless, no session` / `endless, session`: an upstream streaming 16 KiB tokens as
-//!   fast as they are taken, read for SECURITY_STREAM_MB (1,000) MB, without and with a
-//!   `session_id`;
+//! - `endless, no session` / `endless, session` / `endless, Responses`: an upstream
+//!   streaming 16 KiB tokens as fast as they are taken, read for SECURITY_STREAM_MB
+//!   (1,000) MB, without and with a `session_id`, and through `/v1/responses`;
 //! - `huge error` / `huge count` / `huge list`: upstream bodies of SECURITY_HUGE_MB (200)
 //!   MB: an error page on every attempt, the tokenizer's answer, the model list.
 #![allow(
@@ -83,15 +83,21 @@ async fn probe(url: &str) -> (f64, f64, f64) {
     (percentile(&times, 0.5), percentile(&times, 1.0), chat_ms)
 }
 
-async fn read_stream(url: &str, session: Option<&str>, bytes: usize) {
+async fn read_stream(url: &str, session: Option<&str>, bytes: usize, responses: bool) {
     use futures::StreamExt;
-    let mut body = json!({"model": "brunix", "stream": true,
-        "messages": [{"role": "user", "content": "write forever"}]});
+    let (path, mut body) = if responses {
+        let body = json!({"model": "brunix", "stream": true, "input": "write forever"});
+        ("/v1/responses", body)
+    } else {
+        let body = json!({"model": "brunix", "stream": true,
+            "messages": [{"role": "user", "content": "write forever"}]});
+        ("/v1/chat/completions", body)
+    };
     if let Some(s) = session {
         body["session_id"] = json!(s);
     }
     let response = reqwest::Client::new()
-        .post(format!("{url}/v1/chat/completions"))
+        .post(format!("{url}{path}"))
         .json(&body)
         .send()
         .await
@@ -171,16 +177,17 @@ async fn main() {
     dripping.abort();
     drop(sampler);
 
-    for session in [None, Some("endless")] {
+    for (session, responses) in [(None, false), (Some("endless"), false), (None, true)] {
         upstream.set_default(Reply::Flood(16 * 1024));
         let sampler = RssSampler::start(pid);
-        read_stream(&gw.url, session, stream_mb << 20).await;
+        read_stream(&gw.url, session, stream_mb << 20, responses).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         let peak = sampler.stop().await;
         upstream.set_default(Reply::tokens(&["fine"]));
-        let case = match session {
-            None => format!("endless {stream_mb} MB, no session"),
-            Some(_) => format!("endless {stream_mb} MB, session"),
+        let case = match (session, responses) {
+            (_, true) => format!("endless {stream_mb} MB, Responses"),
+            (None, _) => format!("endless {stream_mb} MB, no session"),
+            (Some(_), _) => format!("endless {stream_mb} MB, session"),
         };
         rows.push(row(&case, probe(&gw.url).await, peak));
     }

@@ -306,3 +306,49 @@ async fn sources_are_url_citation_annotations() {
         }
     }
 }
+
+/// A streamed answer longer than the gateway repeats in the closing events (an upstream
+/// that never stops took the gateway from 45 MB to 1.09 GB in 30 s: the closing events
+/// repeat the whole text, and it was all kept): every delta still reaches the client, the
+/// text kept for `response.output_text.done` and the final output stops at 16 MiB, and the
+/// response ends `incomplete`, so the client knows its output is not the whole answer.
+#[tokio::test]
+async fn a_streamed_answer_past_16_mib_ends_incomplete_and_is_not_held_whole() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Openai, |s| s.assistant.passthrough = true).await;
+    let piece = "y".repeat(64 * 1024);
+    up.push(Reply::Tokens {
+        tokens: vec![piece; 300],
+        delay: std::time::Duration::ZERO,
+        finish: "stop",
+    });
+    let (status, _, text) = post(
+        &gw.url("/v1/responses"),
+        json!({"model": UPSTREAM_MODEL, "stream": true, "input": "write forever"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let events = named_events(&text);
+    let streamed: usize = events
+        .iter()
+        .filter(|(n, _)| n == "response.output_text.delta")
+        .map(|(_, e)| e["delta"].as_str().unwrap().len())
+        .sum();
+    assert_eq!(streamed, 300 * 64 * 1024, "every delta reaches the client");
+    let (last, end) = events.last().unwrap();
+    assert_eq!(last, "response.incomplete");
+    assert_eq!(
+        end["response"]["incomplete_details"]["reason"],
+        "max_output_tokens"
+    );
+    let kept = end["response"]["output"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .len();
+    assert!(kept <= 16 << 20 && kept > 15 << 20, "{kept} bytes kept");
+    let done = events
+        .iter()
+        .find(|(n, _)| n == "response.output_text.done")
+        .unwrap();
+    assert_eq!(done.1["text"].as_str().unwrap().len(), kept);
+}

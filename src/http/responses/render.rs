@@ -11,13 +11,15 @@ use crate::error::GatewayError;
 use crate::http::chat::HttpRender;
 use crate::http::sources;
 use crate::llm::{FinishReason, ToolCall, Usage};
-use crate::pipeline::{Answer, Source};
+use crate::pipeline::{Answer, Source, MAX_WHOLE_ANSWER_BYTES};
 use crate::serve::chat::{End, Render, Timing};
 
 /// The message item being streamed.
 struct OpenMessage {
     id: String,
     output_index: usize,
+    /// Its text, which the closing events repeat: at most `MAX_WHOLE_ANSWER_BYTES` (an
+    /// upstream that never stops must not grow the gateway's memory with it).
     text: String,
 }
 
@@ -35,6 +37,9 @@ pub struct Stream {
     output: Vec<Value>,
     /// Base URL of source links; `None`: sources are not cited as annotations.
     links: Option<String>,
+    /// The message's text was longer than the closing events repeat: the response ends
+    /// `incomplete`, its output cut there.
+    cut: bool,
 }
 
 impl Stream {
@@ -48,6 +53,7 @@ impl Stream {
             message: None,
             output: Vec::new(),
             links: None,
+            cut: false,
         }
     }
 
@@ -236,7 +242,11 @@ impl Render for Stream {
         let Some(message) = self.message.as_mut() else {
             return Bytes::from(out);
         };
-        message.text.push_str(text);
+        if message.text.len() + text.len() <= MAX_WHOLE_ANSWER_BYTES {
+            message.text.push_str(text);
+        } else {
+            self.cut = true;
+        }
         out.extend_from_slice(
             b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":",
         );
@@ -291,12 +301,17 @@ impl Render for Stream {
     fn end(&mut self, end: End<'_>) -> Bytes {
         let mut out = Vec::new();
         self.close_message(&mut out, end.sources);
-        let (kind, status) = match end.finish {
+        let finish_reason = if self.cut {
+            FinishReason::Length
+        } else {
+            end.finish
+        };
+        let (kind, status) = match finish_reason {
             FinishReason::Length => ("response.incomplete", "incomplete"),
             _ => ("response.completed", "completed"),
         };
         let mut response = self.response(status, &self.output, Some(end.usage));
-        finish(&mut response, end.finish, end.sources);
+        finish(&mut response, finish_reason, end.sources);
         self.event(&mut out, kind, json!({ "response": response }));
         Bytes::from(out)
     }
