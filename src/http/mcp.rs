@@ -75,10 +75,29 @@ fn json_rpc_error(
     (status, axum::Json(body)).into_response()
 }
 
+/// What is wrong with a `tools/call`'s `params`, naming the field (rmcp took each of
+/// these for an unknown method, -32601).
+fn call_params_error(params: Option<&Value>) -> Option<&'static str> {
+    match params {
+        None | Some(Value::Null) => {
+            Some("`params` is missing: tools/call takes {\"name\": …, \"arguments\": {…}}")
+        }
+        Some(p) if !p.is_object() => Some("`params` is an object"),
+        Some(p) if !p["name"].is_string() => Some("`params.name`, the tool's name, is missing"),
+        Some(p)
+            if p.get("arguments")
+                .is_some_and(|a| !a.is_object() && !a.is_null()) =>
+        {
+            Some("`params.arguments`, a tool's arguments, are an object")
+        }
+        _ => None,
+    }
+}
+
 /// Errors on `/mcp` in JSON-RPC's shape, whoever finds them. A body that is not JSON is
-/// a parse error (400, -32700), and `tools/call` arguments that are not an object are
-/// invalid params (-32602): rmcp answered the first 415 in plain text and took the
-/// second for an unknown method (-32601). Any other plain-text refusal of rmcp's (406,
+/// a parse error (400, -32700), and a `tools/call` without `params`, a name, or with
+/// arguments that are not an object is invalid params (-32602): rmcp answered the first
+/// 415 in plain text and took the others for an unknown method (-32601). Any other plain-text refusal of rmcp's (406,
 /// 413, …) keeps its status with a JSON-RPC body.
 pub async fn json_rpc_errors(
     axum::extract::State((max_body, read_within)): axum::extract::State<(usize, Duration)>,
@@ -113,15 +132,15 @@ pub async fn json_rpc_errors(
                 )
             }
             Ok(message) => {
-                let arguments = message.pointer("/params/arguments");
-                if message["method"] == "tools/call"
-                    && arguments.is_some_and(|a| !a.is_object() && !a.is_null())
+                if let Some(wrong) = (message["method"] == "tools/call")
+                    .then(|| call_params_error(message.get("params")))
+                    .flatten()
                 {
                     return json_rpc_error(
                         StatusCode::OK,
                         message.get("id").cloned().unwrap_or(Value::Null),
                         INVALID_PARAMS,
-                        "Invalid params: a tool's arguments are an object",
+                        &format!("Invalid params: {wrong}"),
                     );
                 }
             }

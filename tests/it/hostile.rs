@@ -507,6 +507,39 @@ async fn malformed_input_gets_the_apis_own_errors() {
             .unwrap();
         assert!(text.contains("-32602"), "{arguments}: {text}");
     }
+    // A call without params, with params that are not an object, or without a tool's
+    // name: -32602 naming the field (was -32601, "method not found").
+    for (call, field) in [
+        (
+            json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call"}),
+            "`params`",
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": [1]}),
+            "`params`",
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"arguments": {}}}),
+            "`params.name`",
+        ),
+    ] {
+        let v: serde_json::Value = client()
+            .post(gw.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .json(&call)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["error"]["code"], -32602, "{call}: {v}");
+        assert_eq!(v["id"], call["id"], "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(field),
+            "{call}: {v}"
+        );
+    }
     // gRPC: a body that is not an AgentRequest → INVALID_ARGUMENT.
     let addr = gw.grpc_addr.unwrap();
     let tcp = TcpStream::connect(addr).await.unwrap();
