@@ -48,6 +48,8 @@ async fn bad_requests_are_400_naming_the_field() {
         (json!({"model": "brunix", "max_tokens": "ten", "messages": [{"role": "user", "content": "x"}]}).into(), "max_tokens"),
         (json!({"model": "brunix", "stop": 3, "messages": [{"role": "user", "content": "x"}]}).into(), "stop"),
         (json!([1, 2, 3]).into(), "body"),
+        // Was forwarded upstream as it was.
+        (json!({"model": "brunix", "tools": [1, 2], "messages": [{"role": "user", "content": "x"}]}).into(), "tools[0]"),
     ];
     for (body, field) in cases {
         let (status, _, text) = post(&chat, body).await;

@@ -229,6 +229,16 @@ pub fn chat(body: &[u8]) -> Result<Parsed<Sse>, GatewayError> {
             .collect::<Result<Vec<_>, _>>()?,
     };
     let tools = req.tools.take().unwrap_or_default();
+    // A tool is an object (`{"type": "function", "function": {…}}`): anything else is
+    // the client's mistake, said here rather than forwarded for the upstream to refuse.
+    if let Some(i) = tools.iter().position(|t| !t.is_object()) {
+        return Err(GatewayError::invalid(
+            format!("tools[{i}]"),
+            format!(
+                "tools[{i}] must be an object ({{\"type\": \"function\", \"function\": {{…}}}})"
+            ),
+        ));
+    }
     let tool_choice = req.tool_choice.take();
     Ok(req.into_parsed(
         Input::Chat(messages),
