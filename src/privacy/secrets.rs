@@ -658,6 +658,12 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(redacted(&s, &input), want, "{input}");
         }
+        // Glued after `_` into a name, where `\b` alone found no edge.
+        let glued = format!("MY_KEY_AKIA{} TOKEN_{ghp}_old", "Z3MOSQ7RV2HXLPQW");
+        assert_eq!(
+            redacted(&s, &glued),
+            "MY_KEY_[REDACTED aws_access_key_id] TOKEN_[REDACTED github_token]_old"
+        );
         let pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7bq98Z1KpVqYdR3mNcW8uSx0wLq1AbCdEfGhIjKlMnOpQrStUvWx\nYz0123456789abcdefghij\n-----END RSA PRIVATE KEY-----";
         assert_eq!(redacted(&s, pem), "[REDACTED private_key]");
     }

@@ -235,6 +235,34 @@ async fn a_planted_set_never_reaches_the_upstream_the_sessions_or_the_sources() 
 /// their arguments, and the tools it offers may carry a token in a description or an
 /// example: cleaned like any text, for the assistant and passthrough models (the
 /// assistant's tools had gone to the upstream as the client sent them).
+/// A key id or token glued after `_` into a name, as environment files and CI variables
+/// spell them, never reaches the upstream (the rules' `\b` found no edge after `_`).
+#[tokio::test]
+async fn keys_glued_into_names_never_reach_the_upstream() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Openai, |_| {}).await;
+    let aws = format!("AKIA{}", "Z3MOSQ7RV2HXLPQW");
+    let ghp = &planted()[1].1;
+    let text = format!("why does this fail?\nMY_KEY_{aws}\nexport TOKEN_{ghp}\n");
+    let (status, _, body) = post(
+        &gw.url("/v1/chat/completions"),
+        json!({"model": "brunix", "stream": false,
+            "messages": [{"role": "user", "content": text}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let prompt = prompt_text(&up.last_request());
+    assert!(
+        !prompt.contains(&aws) && !prompt.contains(ghp.as_str()),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("MY_KEY_[REDACTED aws_access_key_id]"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("TOKEN_[REDACTED github_token]"), "{prompt}");
+}
+
 #[tokio::test]
 async fn tool_calls_and_tools_are_redacted() {
     let up = ScriptedUpstream::start().await;
