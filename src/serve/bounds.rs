@@ -96,6 +96,27 @@ fn check_params(params: &crate::llm::GenParams) -> Result<(), GatewayError> {
     Ok(())
 }
 
+/// At most `server.max_messages` messages of at most `server.max_message_chars`
+/// characters each: a chat's, and what `count_tokens` is asked to count.
+pub fn check_messages(
+    server: &ServerSettings,
+    messages: &[crate::llm::Message],
+) -> Result<(), GatewayError> {
+    check_count(
+        "messages",
+        "messages",
+        messages.len(),
+        (server.max_messages, "server.max_messages"),
+    )?;
+    for (i, m) in messages.iter().enumerate() {
+        let chars = m.content.chars().count();
+        if chars > server.max_message_chars {
+            check_length(server, &format!("messages[{i}].content"), chars)?;
+        }
+    }
+    Ok(())
+}
+
 /// The request limits beyond the body size: how many messages, how long each, sampling
 /// parameters in range, and a `session_id` of plain characters and bounded length.
 pub fn check_limits(server: &ServerSettings, turn: &ChatTurn) -> Result<(), GatewayError> {
@@ -104,21 +125,7 @@ pub fn check_limits(server: &ServerSettings, turn: &ChatTurn) -> Result<(), Gate
     }
     check_params(&turn.request.params)?;
     match &turn.request.input {
-        Input::Chat(messages) => {
-            check_count(
-                "messages",
-                "messages",
-                messages.len(),
-                (server.max_messages, "server.max_messages"),
-            )?;
-            for (i, m) in messages.iter().enumerate() {
-                let chars = m.content.chars().count();
-                if chars > server.max_message_chars {
-                    check_length(server, &format!("messages[{i}].content"), chars)?;
-                }
-            }
-            Ok(())
-        }
+        Input::Chat(messages) => check_messages(server, messages),
         Input::Prompt {
             prompt,
             suffix,

@@ -457,6 +457,18 @@ async fn count_tokens_and_the_model_list_in_anthropic_shape() {
     )
     .await;
     anthropic_error(status, &text, (404, "not_found_error"));
+    // Past `server.max_message_chars` (1,000,000): refused as a turn is (it counted 8 MB
+    // of text before). The index counts the system text as the first message, as the
+    // `instructions` of issue 68 item 9 still do.
+    let (status, _, text) = messages(
+        &gw,
+        "/v1/messages/count_tokens",
+        None,
+        count(&"y".repeat(1_000_001)),
+    )
+    .await;
+    anthropic_error(status, &text, (400, "invalid_request_error"));
+    assert!(text.contains("server.max_message_chars"), "{text}");
 
     // The upstream's tokenizer, when it has one.
     let up = ScriptedUpstream::start().await;

@@ -44,6 +44,8 @@ pub fn router() -> Router<AppState> {
 async fn count_tokens(State(state): State<AppState>, body: Body) -> Result<Json<Value>, Error> {
     let bytes = body::read(&state.settings.server, body).await?;
     let counted = parse::count(&bytes)?;
+    // The same bounds as a turn's: counting is no cheaper than answering to the limit.
+    crate::serve::bounds::check_messages(&state.settings.server, &counted.messages)?;
     state.pipeline.model(&counted.model).await?;
     let n = state
         .pipeline
