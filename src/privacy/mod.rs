@@ -122,20 +122,51 @@ impl Privacy {
         cleaned
     }
 
-    /// Every string in `value` (a tool call's arguments, a tool's definition), cleaned.
+    /// `value` (a tool call's arguments, a tool's definition) cleaned: every string in it,
+    /// object keys too, each alone; then the whole as the JSON text a message would carry,
+    /// so a secret held as a value is named by its key (`{"password": "…"}`). The JSON text
+    /// is taken back only when it still parses (a placeholder never holds a quote).
     pub fn clean_json(&self, value: &mut serde_json::Value) -> Cleaned {
+        let mut cleaned = self.clean_json_strings(value);
+        if matches!(
+            value,
+            serde_json::Value::Object(_) | serde_json::Value::Array(_)
+        ) {
+            let mut text = value.to_string();
+            let whole = self.clean(&mut text);
+            if !whole.is_empty() {
+                if let Ok(parsed) = serde_json::from_str(&text) {
+                    *value = parsed;
+                    cleaned.add(whole);
+                }
+            }
+        }
+        cleaned
+    }
+
+    fn clean_json_strings(&self, value: &mut serde_json::Value) -> Cleaned {
         let mut cleaned = Cleaned::default();
         match value {
             serde_json::Value::String(s) => cleaned.add(self.clean(s)),
             serde_json::Value::Array(items) => {
                 for v in items {
-                    cleaned.add(self.clean_json(v));
+                    cleaned.add(self.clean_json_strings(v));
                 }
             }
             serde_json::Value::Object(map) => {
                 for v in map.values_mut() {
-                    cleaned.add(self.clean_json(v));
+                    cleaned.add(self.clean_json_strings(v));
                 }
+                let mut keys = Cleaned::default();
+                let renamed: Vec<(String, serde_json::Value)> = std::mem::take(map)
+                    .into_iter()
+                    .map(|(mut k, v)| {
+                        keys.add(self.clean(&mut k));
+                        (k, v)
+                    })
+                    .collect();
+                map.extend(renamed);
+                cleaned.add(keys);
             }
             _ => {}
         }

@@ -291,6 +291,56 @@ async fn tool_calls_and_tools_are_redacted() {
     }
 }
 
+/// A secret as a JSON value in a tool call's arguments is named by its key, as the same
+/// text in a message is (each string had been scanned alone, the key never seen), and a
+/// secret as an object key is found too: the same for OpenAI `tool_calls`, Anthropic
+/// `tool_use` and Responses function calls.
+#[tokio::test]
+async fn secrets_as_json_values_and_keys_in_tool_calls_are_redacted() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Openai, |_| {}).await;
+    let password = "Xk9mQ2vLp7wZ";
+    let api_key = "a8f3k2m9x7q1w5e4r6t0";
+    let ghp = planted()[1].1.clone();
+    let arguments = json!({"host": "db.internal", "password": password,
+        "config": {"api_key": api_key}, "tokens": {ghp.clone(): "ci"}});
+    let openai = json!({"model": "brunix", "stream": false, "messages": [
+        {"role": "user", "content": "connect to the database"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "Connect", "arguments": arguments.to_string()}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "connected"},
+        {"role": "user", "content": "what next?"}]});
+    let anthropic = json!({"model": "brunix", "max_tokens": 100, "messages": [
+        {"role": "user", "content": "connect to the database"},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "c1", "name": "Connect", "input": arguments}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "c1", "content": "connected"}]}]});
+    let responses = json!({"model": "brunix", "input": [
+        {"role": "user", "content": "connect to the database"},
+        {"type": "function_call", "call_id": "c1", "name": "Connect",
+         "arguments": arguments.to_string()},
+        {"type": "function_call_output", "call_id": "c1", "output": "connected"}]});
+    for (path, body) in [
+        ("/v1/chat/completions", openai),
+        ("/v1/messages", anthropic),
+        ("/v1/responses", responses),
+    ] {
+        let (status, _, text) = post(&gw.url(path), body).await;
+        assert_eq!(status, 200, "{path}: {text}");
+        let sent = up.last_request().body.to_string();
+        for secret in [password, api_key, ghp.as_str()] {
+            assert!(!sent.contains(secret), "{path} sent {secret} on: {sent}");
+        }
+        assert!(sent.contains("db.internal"), "{path}: {sent}");
+        assert!(
+            sent.contains("[REDACTED generic_password]"),
+            "{path}: {sent}"
+        );
+        assert!(sent.contains("[REDACTED generic_secret]"), "{path}: {sent}");
+    }
+}
+
 #[tokio::test]
 async fn excluded_paths_never_reach_the_prompt() {
     let up = ScriptedUpstream::start().await;
