@@ -52,6 +52,7 @@ pub struct Secrets {
     /// Rules without keywords: they always run.
     always: Vec<usize>,
     generic: Regex,
+    generic_table: Regex,
     template: Regex,
 }
 
@@ -126,6 +127,7 @@ impl Secrets {
             keyword_rule,
             always,
             generic: Regex::new(GENERIC).context("the generic secret rule")?,
+            generic_table: Regex::new(GENERIC_TABLE).context("the generic table rule")?,
             template: Regex::new(TEMPLATE).context("the template rule")?,
         })
     }
@@ -174,7 +176,13 @@ impl Secrets {
             }
         }
         if run[self.rules.len()] {
-            for caps in self.generic.captures_iter(text) {
+            let table = memchr::memchr(b'|', text.as_bytes())
+                .map(|_| self.generic_table.captures_iter(text));
+            for caps in self
+                .generic
+                .captures_iter(text)
+                .chain(table.into_iter().flatten())
+            {
                 let Some((start, end, kind)) = self.generic_secret(&caps) else {
                     continue;
                 };
@@ -299,8 +307,11 @@ impl Secrets {
     fn generic_secret(&self, caps: &regex::Captures<'_>) -> Option<(usize, usize, &'static str)> {
         let key = caps.name("key")?.as_str();
         let op = caps.name("op")?.as_str();
-        let (value, bare) = match (caps.name("dq"), caps.name("sq"), caps.name("bq")) {
-            (Some(v), _, _) | (_, Some(v), _) | (_, _, Some(v)) => (v, false),
+        let quoted = ["dq", "sq", "bq", "cell"]
+            .into_iter()
+            .find_map(|n| caps.name(n));
+        let (value, bare) = match quoted {
+            Some(v) => (v, false),
             _ => (caps.name("bare")?, true),
         };
         let v = value.as_str();
@@ -375,8 +386,28 @@ impl Secrets {
     }
 }
 
+/// The words a key naming a credential holds (the generic rule's keys).
+macro_rules! credential_word {
+    () => {
+        r"(?:passw(?:or)?d|passwort|passphrase|contrase(?:n|ñ)a|pwd|pass|secret|token|api[_.-]?key|apikey|access[_.-]?key|accesskey|auth[_.-]?key|private[_.-]?key|client[_.-]?secret|credentials?|creds)"
+    };
+}
+
 /// Candidates of the generic rule: a key naming a credential, an operator, a value.
-const GENERIC: &str = r#"(?i)(?P<key>[a-z0-9_.-]{0,40}?(?:passw(?:or)?d|passwort|passphrase|contrase(?:n|ñ)a|pwd|pass|secret|token|api[_.-]?key|apikey|access[_.-]?key|accesskey|auth[_.-]?key|private[_.-]?key|client[_.-]?secret|credentials?|creds)[a-z0-9_.-]{0,30})["']?\]?(?P<sp1>\s{0,3})(?P<op>:=|=>|==|!=|\?=|=|:)(?P<sp2>\s{0,3})(?:"(?P<dq>[^"\s\\]+)"|'(?P<sq>[^'\s\\]+)'|`(?P<bq>[^`\s]+)`|(?P<bare>[^\s"'`,;()\[\]{}<>&#\\]+)(?P<call>[(\[<{]?))"#;
+const GENERIC: &str = concat!(
+    r#"(?i)(?P<key>[a-z0-9_.-]{0,40}?"#,
+    credential_word!(),
+    r#"[a-z0-9_.-]{0,30})["']?\]?(?P<sp1>\s{0,3})(?P<op>:=|=>|==|!=|\?=|=|:)(?P<sp2>\s{0,3})(?:"(?P<dq>[^"\s\\]+)"|'(?P<sq>[^'\s\\]+)'|`(?P<bq>[^`\s]+)`|(?P<bare>[^\s"'`,;()\[\]{}<>&#\\]+)(?P<call>[(\[<{]?))"#
+);
+
+/// Candidates of the generic rule in a Markdown table row: a cell naming a credential
+/// (`| DB password |`, `` | `API_KEY` | ``), the next cell one value (`| s3cr3t!x |`),
+/// weighed as a quoted value is.
+const GENERIC_TABLE: &str = concat!(
+    r"(?i)\|[ \t]*[`*_]{0,2}(?P<key>[a-z0-9_. -]{0,40}?",
+    credential_word!(),
+    r"[a-z0-9_. -]{0,30}?)[`*_]{0,2}[ \t]*(?P<op>\|)[ \t]*(?:`(?P<bq>[^`\s|]+)`|(?P<cell>[^\s|`]+))[ \t]*\|"
+);
 
 /// A whole value that is a template or a reference, not a secret.
 const TEMPLATE: &str = r"(?i)^(?:\$\{[^}]*\}|\$\([^)]*\)|\$[A-Za-z_][A-Za-z0-9_]*|\{\{.*\}\}|\{[A-Za-z0-9_.-]*\}|<[^>]*>|%\([A-Za-z0-9_]+\)[sd]|%[A-Za-z_][A-Za-z0-9_]*%|@[A-Za-z_][A-Za-z0-9_]*@|\[[^\]]*\]|#\{[^}]*\})$";
@@ -682,6 +713,62 @@ mod tests {
         let assignment = format!("client_secret = \"{long}\"");
         let out = redacted(&s, &assignment);
         assert!(!out.contains("x7Qm9Lp2"), "{out}");
+    }
+
+    /// Kubernetes Secrets' base64 keys, short key blocks and Markdown tables of settings:
+    /// each had reached the upstream whole.
+    #[test]
+    fn encoded_keys_short_blocks_and_table_rows_are_redacted() {
+        use base64::Engine as _;
+        let s = Secrets::load(None).unwrap();
+        let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+        for kind in [
+            "RSA PRIVATE KEY",
+            "PRIVATE KEY",
+            "EC PRIVATE KEY",
+            "OPENSSH PRIVATE KEY",
+        ] {
+            let pem =
+                format!("-----BEGIN {kind}-----\nMC4CAQAwBQYDK2VwBCIEIBx\n-----END {kind}-----\n");
+            assert_eq!(redacted(&s, &pem), "[REDACTED private_key]\n", "{kind}");
+            let secret = format!("data:\n  tls.key: {}\n", b64(&pem));
+            assert_eq!(
+                redacted(&s, &secret),
+                "data:\n  tls.key: [REDACTED private_key]\n",
+                "{kind}"
+            );
+        }
+        let cert = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIU\n-----END CERTIFICATE-----\n";
+        let shown = format!("tls.crt: {}", b64(cert));
+        assert_eq!(redacted(&s, &shown), shown);
+        for (row, want) in [
+            (
+                "| DB password | hunter2!x |",
+                "| DB password | [REDACTED generic_password] |",
+            ),
+            (
+                "| `API_KEY` | `a8f3k2m9x7q1w5e4r6t0` |",
+                "| `API_KEY` | `[REDACTED generic_secret]` |",
+            ),
+            (
+                "| contraseña | Qz8rt66pWv |",
+                "| contraseña | [REDACTED generic_password] |",
+            ),
+        ] {
+            let table = format!("| name | value |\n|---|---|\n| host | db.internal |\n{row}\n");
+            let want = format!("| name | value |\n|---|---|\n| host | db.internal |\n{want}\n");
+            assert_eq!(redacted(&s, &table), want);
+        }
+        // A table documenting settings names them without a value.
+        for doc in [
+            "| password | string | The user's password |",
+            "| `api_key` | `str` | required |",
+            "| token | 4096 |",
+            "| password | ******** |",
+            "cat secrets.txt | grep password | head",
+        ] {
+            assert_eq!(redacted(&s, doc), doc);
+        }
     }
 
     #[test]

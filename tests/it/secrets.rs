@@ -263,6 +263,45 @@ async fn keys_glued_into_names_never_reach_the_upstream() {
     assert!(prompt.contains("TOKEN_[REDACTED github_token]"), "{prompt}");
 }
 
+/// A Kubernetes Secret's base64 key, a key block under 64 characters and a password in a
+/// Markdown table row, pasted into a question, never reach the upstream.
+#[tokio::test]
+async fn encoded_keys_short_blocks_and_table_rows_never_reach_the_upstream() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Openai, |_| {}).await;
+    let short = "MC4CAQAwBQYDK2VwBCIEIBxq";
+    let pem = format!("-----BEGIN PRIVATE KEY-----\n{short}\n-----END PRIVATE KEY-----\n");
+    let encoded = b64(&format!(
+        "-----BEGIN RSA PRIVATE KEY-----\n{short}\n-----END RSA PRIVATE KEY-----\n"
+    ));
+    let text = format!(
+        "why does the deploy fail?\n\napiVersion: v1\nkind: Secret\ndata:\n  tls.key: {encoded}\n\n{pem}\n\
+         | setting | value |\n|---|---|\n| DB password | hunter2!x |\n"
+    );
+    let (status, _, body) = post(
+        &gw.url("/v1/chat/completions"),
+        json!({"model": "brunix", "stream": false,
+            "messages": [{"role": "user", "content": text}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let prompt = prompt_text(&up.last_request());
+    for secret in [short, &encoded[..40], "hunter2!x"] {
+        assert!(
+            !prompt.contains(secret),
+            "{secret} reached the upstream: {prompt}"
+        );
+    }
+    assert!(
+        prompt.contains("tls.key: [REDACTED private_key]"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("| DB password | [REDACTED generic_password] |"),
+        "{prompt}"
+    );
+}
+
 #[tokio::test]
 async fn tool_calls_and_tools_are_redacted() {
     let up = ScriptedUpstream::start().await;
