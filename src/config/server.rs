@@ -78,8 +78,8 @@ pub struct ServerSettings {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "ApiKeyEntry")]
 pub struct ApiKey {
-    /// Its name in usage reports and metrics; `None`: `key-` and the start of the key's
-    /// SHA-256 digest (see `serve::access`).
+    /// Its name in usage reports and metrics; `None`: `key-` and its place in the list
+    /// (see `serve::access`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     pub key: String,
@@ -152,40 +152,55 @@ impl PartialEq<&str> for ApiKey {
 }
 
 /// `api_keys`: a list of plain keys and `{ name, key, … }` tables, or (from the
-/// environment) one comma-separated string of plain keys.
+/// environment) one comma-separated string of plain keys or a JSON list. Read as a value
+/// first: an untagged enum would hide why a list's entry is wrong.
 fn api_key_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ApiKey>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum ListOrString {
-        List(Vec<ApiKey>),
-        Str(String),
-    }
+    use serde::de::Error as _;
     const SYNTAX: &str = "write plain keys comma-separated (key-one,key-two) or a JSON list \
         ([\"key-one\", {\"name\": \"alice\", \"key\": \"key-two\", \"tokens_per_day\": 400}])";
-    match ListOrString::deserialize(d)? {
-        ListOrString::List(v) => Ok(v),
+    let refused = |why: String| D::Error::custom(format!("not a list of keys ({why}): {SYNTAX}"));
+    let value = match serde_json::Value::deserialize(d)? {
         // A list written in JSON (the environment's way to give tables): read whole, or
         // refused; split on its commas it would make keys of its fragments.
-        ListOrString::Str(s) if s.trim_start().starts_with('[') => serde_json::from_str(&s)
-            .map_err(|e| serde::de::Error::custom(format!("not a list of keys ({e}): {SYNTAX}"))),
-        ListOrString::Str(s) => {
+        serde_json::Value::String(s) if s.trim_start().starts_with('[') => {
+            serde_json::from_str(&s).map_err(|e| refused(e.to_string()))?
+        }
+        serde_json::Value::String(s) => {
             let keys: Vec<ApiKey> = s
                 .split(',')
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
                 .map(ApiKey::from)
                 .collect();
-            match keys
+            if keys
                 .iter()
-                .find(|k| k.key.contains(['"', '{', '}', '[', ']']))
+                .any(|k| k.key.contains(['"', '{', '}', '[', ']']))
             {
-                Some(_) => Err(serde::de::Error::custom(format!(
-                    "a key holds quotes or braces, a list's syntax broken apart: {SYNTAX}"
-                ))),
-                None => Ok(keys),
+                return Err(refused(
+                    "a key holds quotes or braces, a list's syntax broken apart".into(),
+                ));
             }
+            return Ok(keys);
         }
-    }
+        value => value,
+    };
+    let serde_json::Value::Array(entries) = value else {
+        return Err(refused("neither a list nor a text".into()));
+    };
+    entries
+        .into_iter()
+        .enumerate()
+        .map(|(i, entry)| match entry {
+            serde_json::Value::String(key) => Ok(ApiKey::from(key)),
+            table @ serde_json::Value::Object(_) => serde_json::from_value::<NamedKey>(table)
+                .map(|k| ApiKey::from(ApiKeyEntry::Named(k)))
+                .map_err(|e| refused(format!("entry {}: {e}", i + 1))),
+            _ => Err(refused(format!(
+                "entry {} is neither a key nor a table",
+                i + 1
+            ))),
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -343,6 +358,13 @@ impl ServerSettings {
                 names.insert(name),
                 "server.api_keys",
                 "two keys have the same name",
+            )?;
+            check(
+                !name
+                    .strip_prefix("key-")
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())),
+                "server.api_keys",
+                "key-1, key-2, … name the keys without a name (by their place in the list)",
             )?;
             check(
                 !self.api_keys.iter().any(|k| k.key == name),

@@ -146,11 +146,12 @@ fn keys_have_names_and_limits_checked() {
             "must not be a key",
         ),
         ("{ name = \"x\", key = \"k\", tokens = 3 }", "unknown"),
+        ("{ name = \"key-2\", key = \"k\" }, \"j\"", "without a name"),
     ] {
         let f = write(&format!("[server]\napi_keys = [{bad}]\n"));
         let e = Settings::load_without_env(Some(f.path())).unwrap_err();
         assert!(e.key.starts_with("server.api_keys"), "{bad}: {e}");
-        let _ = why;
+        assert!(format!("{e:#}").contains(why), "{bad}: {e:#}");
     }
 }
 

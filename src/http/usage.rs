@@ -24,7 +24,7 @@ pub async fn get(
             )
             .into());
     };
-    let rows = usage.rows(&key.name).await.map_err(|e| {
+    let rows = usage.rows(&key.account).await.map_err(|e| {
         tracing::warn!(error = %format!("{e:#}"), "usage: could not read the store");
         GatewayError::unavailable("usage_unavailable", "the usage store cannot be read now")
     })?;

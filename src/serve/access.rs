@@ -46,8 +46,13 @@ pub enum Operator {
 /// What an accepted key is known as: its name (never the key) and its own limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyId {
-    /// The configured name, else `key-` and the start of the key's SHA-256.
+    /// The configured name, else `key-` and the key's place in `server.api_keys` (1 for
+    /// the first): shown in metrics, traces and `/v1/usage`. Nothing derived from the key
+    /// itself, which would confirm a guessed key offline.
     pub name: String,
+    /// Whose counts the usage store holds: the configured name, else `key-` and the start
+    /// of the key's SHA-256 (stays with the key when the list is reordered; never shown).
+    pub account: String,
     /// Tokens per UTC day (0: no limit).
     pub tokens_per_day: u64,
     /// Answers per minute (0: no limit).
@@ -68,12 +73,12 @@ impl Keys {
             .api_keys
             .iter()
             .zip(&digests)
-            .map(|(k, d)| {
+            .enumerate()
+            .map(|(i, (k, d))| {
+                let hex: String = d[..4].iter().map(|b| format!("{b:02x}")).collect();
                 Arc::new(KeyId {
-                    name: k.name.clone().unwrap_or_else(|| {
-                        let hex: String = d[..4].iter().map(|b| format!("{b:02x}")).collect();
-                        format!("key-{hex}")
-                    }),
+                    name: k.name.clone().unwrap_or_else(|| format!("key-{}", i + 1)),
+                    account: k.name.clone().unwrap_or_else(|| format!("key-{hex}")),
                     tokens_per_day: k.tokens_per_day,
                     requests_per_minute: k.requests_per_minute,
                 })

@@ -120,7 +120,7 @@ pub async fn start(
     // replicas share.
     if let (Some(key), Some(usage)) = (log.key.as_ref().filter(|k| k.limited()), &log.key_usage) {
         usage
-            .admit(&key.name, key.tokens_per_day, key.requests_per_minute)
+            .admit(&key.account, key.tokens_per_day, key.requests_per_minute)
             .await?;
     }
     // A client that takes its answer whole: the pipeline may ask for it whole too.
@@ -581,8 +581,8 @@ impl Drop for ChatLog {
                 self.key_usage.clone(),
                 tokio::runtime::Handle::try_current(),
             ) {
-                let (name, model) = (key.name.clone(), label.clone());
-                rt.spawn(async move { usage.add(&name, &model, counts).await });
+                let (account, model) = (key.account.clone(), label.clone());
+                rt.spawn(async move { usage.add(&account, &model, counts).await });
             }
         }
         tracing::info!(

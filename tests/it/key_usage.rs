@@ -395,3 +395,44 @@ async fn usage_needs_a_key() {
     let (status, body) = get_json(&gw.url("/v1/usage")).await;
     assert_eq!(status, 401, "{body}");
 }
+
+/// A key without a name is shown as `key-` and its place in the list: in the metrics an
+/// operator reads and in its own `/v1/usage`, never by a digest of the key (the start of
+/// its SHA-256 confirmed a guessed key offline). Its usage is its own.
+#[tokio::test]
+async fn plain_keys_are_named_by_their_place_not_by_a_digest() {
+    use sha2::Digest as _;
+    const PLAIN: [&str; 2] = ["sk-plain-first-SECRET-4417", "sk-plain-second-SECRET-8823"];
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |s| {
+        s.server.api_keys = PLAIN.iter().map(|k| (*k).into()).collect();
+        s.server.admin_keys = vec![OPERATOR.into()];
+        s.assistant.passthrough = true;
+    })
+    .await;
+    for key in PLAIN {
+        let (status, _, body) = chat(&gw.url(""), key, "brunix").await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let second = usage_after(&gw.url(""), PLAIN[1], 1).await;
+    assert_eq!(second["key"], "key-2", "{second}");
+    let metrics = client()
+        .get(gw.url("/metrics"))
+        .bearer_auth(OPERATOR)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (i, key) in PLAIN.iter().enumerate() {
+        let named = format!("assist_key_requests_total{{key=\"key-{}\",", i + 1);
+        assert!(metrics.contains(&named), "no {named} in {metrics}");
+        let digest = sha2::Sha256::digest(key.as_bytes());
+        let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+        assert!(
+            !metrics.contains(&hex),
+            "the start of {key}'s SHA-256 in {metrics}"
+        );
+    }
+}
