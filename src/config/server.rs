@@ -62,6 +62,9 @@ pub struct ServerSettings {
     /// Most connections open at once per listener (HTTP, gRPC); one more evicts the
     /// connection idle longest, or is refused when all are busy.
     pub max_connections: usize,
+    /// Most connections per listener from one client address (0: no cap of its own); held
+    /// to a quarter of `max_connections`, so one address always leaves room for others.
+    pub max_connections_per_address: usize,
     /// Request headers that name the conversation when the body has no `session_id`
     /// (the first one present counts), e.g. Open WebUI's `X-OpenWebUI-Chat-Id`.
     #[serde(deserialize_with = "list_or_comma_string")]
@@ -228,6 +231,15 @@ pub struct GrpcSettings {
 }
 
 impl ServerSettings {
+    /// The connections one client address may hold per listener: the setting, held to a
+    /// quarter of `max_connections` (0: no cap of its own).
+    pub fn connections_per_address(&self) -> usize {
+        match self.max_connections_per_address {
+            0 => 0,
+            n => n.min(self.max_connections / 4).max(1),
+        }
+    }
+
     /// Adds the keys of `api_keys_file` to `api_keys`.
     pub(super) fn read_keys_file(&mut self) -> Result<(), SettingsError> {
         let Some(path) = &self.api_keys_file else {

@@ -9,11 +9,16 @@
 //!   it waited `write_timeout` for the client;
 //! - at most `max` connections are open: one more evicts the connection idle longest,
 //!   or, when every one is busy, is refused. Keyless idle connections can therefore never
-//!   keep `/health` or an answer out.
+//!   keep `/health` or an answer out;
+//! - at most `per_address` of them come from one client address: one more from it evicts
+//!   that address's connection idle longest, or is refused when all of them are busy, so
+//!   one address holding busy connections (request bodies sent a byte at a time) leaves
+//!   the rest of the room to others (a health checker, the other users).
 //!
 //! One sweeper task per listener checks every connection a few times a second.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -46,10 +51,30 @@ impl Closed {
     }
 }
 
-/// Deadlines and the cap.
+/// Why a new connection was refused (a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Every open connection is busy, at `max`.
+    Full,
+    /// Its address holds `per_address` busy connections.
+    Address,
+}
+
+impl Refused {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refused::Full => "full",
+            Refused::Address => "address",
+        }
+    }
+}
+
+/// Deadlines and the caps.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max: usize,
+    /// Most connections from one client address (0: no cap of its own).
+    pub per_address: usize,
     pub idle_timeout: Duration,
     pub write_timeout: Duration,
 }
@@ -57,6 +82,8 @@ pub struct Limits {
 /// One open connection.
 pub struct Connection {
     id: u64,
+    /// The client's address (`None`: not known).
+    address: Option<IpAddr>,
     /// Requests in flight: from the service's call to the end (or drop) of the response
     /// body.
     active: AtomicUsize,
@@ -207,7 +234,7 @@ struct Inner {
     limits: Limits,
     started: Instant,
     next_id: AtomicU64,
-    open: Mutex<HashMap<u64, Arc<Connection>>>,
+    open: Mutex<Open>,
     /// Connections evicted whose socket is not closed yet (they still hold a file).
     closing: AtomicUsize,
     /// Told when an evicted connection has closed.
@@ -218,6 +245,44 @@ struct Inner {
 /// one has closed: under a flood of new connections, evictions must free their files
 /// faster than accepts take new ones.
 const CLOSING_AT_MOST: usize = 8;
+
+/// The open connections, and how many each client address holds.
+#[derive(Default)]
+struct Open {
+    by_id: HashMap<u64, Arc<Connection>>,
+    by_address: HashMap<IpAddr, usize>,
+}
+
+impl Open {
+    fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    fn insert(&mut self, c: Arc<Connection>) {
+        if let Some(ip) = c.address {
+            *self.by_address.entry(ip).or_default() += 1;
+        }
+        self.by_id.insert(c.id, c);
+    }
+
+    fn remove(&mut self, id: u64) {
+        let Some(c) = self.by_id.remove(&id) else {
+            return;
+        };
+        if let Some(ip) = c.address {
+            if let Some(n) = self.by_address.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    self.by_address.remove(&ip);
+                }
+            }
+        }
+    }
+
+    fn from_address(&self, ip: IpAddr) -> usize {
+        self.by_address.get(&ip).copied().unwrap_or(0)
+    }
+}
 
 impl Inner {
     fn now(&self) -> u64 {
@@ -249,7 +314,7 @@ impl Drop for Admitted {
             inner.closed_one.notify_waiters();
         }
         let mut open = inner.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.remove(&self.connection.id);
+        open.remove(self.connection.id);
         metrics::gauge!("assist_connections_open").set(open.len() as f64);
     }
 }
@@ -281,19 +346,22 @@ impl Registry {
     /// whether there was one.
     pub fn evict_idlest(&self) -> bool {
         let mut open = self.0.open.lock().unwrap_or_else(|e| e.into_inner());
-        self.evict_locked(&mut open)
+        self.evict_locked(&mut open, None)
     }
 
-    fn evict_locked(&self, open: &mut HashMap<u64, Arc<Connection>>) -> bool {
+    /// Evicts the connection idle longest (of those from `address`, when given).
+    fn evict_locked(&self, open: &mut Open, address: Option<IpAddr>) -> bool {
         let oldest = open
+            .by_id
             .values()
+            .filter(|c| address.is_none() || c.address == address)
             .filter(|c| !c.busy() && c.reason.lock().is_ok_and(|r| r.is_none()))
             .min_by_key(|c| c.idle_since.load(Ordering::Acquire))
             .cloned();
         match oldest {
             Some(c) => {
                 // Out of the count at once: it is closing.
-                open.remove(&c.id);
+                open.remove(c.id);
                 self.0.closing.fetch_add(1, Ordering::AcqRel);
                 c.shut(Closed::Evicted);
                 true
@@ -311,18 +379,30 @@ impl Registry {
         self.len() == 0
     }
 
-    /// Takes a new connection in, making room at the cap by evicting the connection idle
-    /// longest; `None` (refused) when every open connection is busy.
-    pub fn admit(&self) -> Option<Admitted> {
+    /// Takes a new connection from `address` in, making room at a cap by evicting the
+    /// connection idle longest (that address's, at its own cap); refused, and why, when
+    /// every connection that could make room is busy.
+    pub fn admit(&self, address: Option<IpAddr>) -> Result<Admitted, Refused> {
         let inner = &self.0;
         let mut open = inner.open.lock().unwrap_or_else(|e| e.into_inner());
-        if open.len() >= inner.limits.max && !self.evict_locked(&mut open) {
-            metrics::counter!("assist_connections_refused_total").increment(1);
-            return None;
+        let per_address = inner.limits.per_address;
+        let refused = if let Some(ip) =
+            address.filter(|ip| per_address > 0 && open.from_address(*ip) >= per_address)
+        {
+            (!self.evict_locked(&mut open, Some(ip))).then_some(Refused::Address)
+        } else {
+            (open.len() >= inner.limits.max && !self.evict_locked(&mut open, None))
+                .then_some(Refused::Full)
+        };
+        if let Some(why) = refused {
+            metrics::counter!("assist_connections_refused_total", "reason" => why.as_str())
+                .increment(1);
+            return Err(why);
         }
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let connection = Arc::new(Connection {
             id,
+            address,
             active: AtomicUsize::new(0),
             idle_since: AtomicU64::new(inner.now()),
             waiting: Mutex::default(),
@@ -331,10 +411,10 @@ impl Registry {
             reason: Mutex::new(None),
             registry: Arc::downgrade(inner),
         });
-        open.insert(id, connection.clone());
+        open.insert(connection.clone());
         metrics::counter!("assist_connections_accepted_total").increment(1);
         metrics::gauge!("assist_connections_open").set(open.len() as f64);
-        Some(Admitted {
+        Ok(Admitted {
             connection,
             registry: self.clone(),
         })
@@ -360,6 +440,7 @@ impl Registry {
                 .open
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
+                .by_id
                 .values()
                 .cloned()
                 .collect();
@@ -392,6 +473,7 @@ mod tests {
     fn registry(max: usize) -> Registry {
         Registry::new(Limits {
             max,
+            per_address: 2,
             idle_timeout: Duration::from_millis(100),
             write_timeout: Duration::from_millis(100),
         })
@@ -400,27 +482,49 @@ mod tests {
     #[tokio::test]
     async fn at_the_cap_the_longest_idle_goes_and_busy_ones_stay() {
         let r = registry(2);
-        let a = r.admit().unwrap();
+        let a = r.admit(None).unwrap();
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let b = r.admit().unwrap();
+        let b = r.admit(None).unwrap();
         let _busy = b.connection.start();
         // a is idle longest: evicted for c.
-        let c = r.admit().unwrap();
+        let c = r.admit(None).unwrap();
         assert_eq!(a.connection.closed().await, Closed::Evicted);
         assert_eq!(r.len(), 2);
         // b and c busy: a fourth is refused.
         let _also_busy = c.connection.start();
-        assert!(r.admit().is_none());
+        assert_eq!(r.admit(None).err(), Some(Refused::Full));
         drop(a);
         assert_eq!(r.len(), 2);
+    }
+
+    /// One address at its own cap makes room among its own idle connections, or is
+    /// refused; other addresses still get in.
+    #[tokio::test]
+    async fn one_address_cannot_take_every_place() {
+        let r = registry(4);
+        let (one, two): (IpAddr, IpAddr) =
+            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let a = r.admit(Some(one)).unwrap();
+        let _a_busy = a.connection.start();
+        let b = r.admit(Some(one)).unwrap();
+        // b is the address's only idle one: it makes room for c.
+        let c = r.admit(Some(one)).unwrap();
+        assert_eq!(b.connection.closed().await, Closed::Evicted);
+        let _c_busy = c.connection.start();
+        assert_eq!(r.admit(Some(one)).err(), Some(Refused::Address));
+        // Another address finds the room the first one could not take.
+        let d = r.admit(Some(two)).unwrap();
+        assert!(d.connection.reason.lock().unwrap().is_none());
+        drop(b);
+        assert_eq!(r.len(), 3);
     }
 
     #[tokio::test]
     async fn idle_connections_close_and_busy_ones_do_not() {
         let r = registry(10);
         tokio::spawn(r.clone().sweep());
-        let idle = r.admit().unwrap();
-        let busy = r.admit().unwrap();
+        let idle = r.admit(None).unwrap();
+        let busy = r.admit(None).unwrap();
         let flight = busy.connection.start();
         let closed = tokio::time::timeout(Duration::from_secs(2), idle.connection.closed()).await;
         assert_eq!(closed.unwrap(), Closed::Idle);
@@ -439,7 +543,7 @@ mod tests {
         use http_body_util::BodyExt;
         let r = registry(10);
         tokio::spawn(r.clone().sweep());
-        let admitted = r.admit().unwrap();
+        let admitted = r.admit(None).unwrap();
         let frames = futures::stream::iter(
             (0..3).map(|i| Ok::<_, std::io::Error>(Frame::data(Bytes::from(format!("{i}"))))),
         );
@@ -455,7 +559,7 @@ mod tests {
             tokio::time::timeout(Duration::from_secs(2), admitted.connection.closed()).await;
         assert_eq!(closed.unwrap(), Closed::Stalled);
         // A body read to its end leaves nothing waiting.
-        let again = r.admit().unwrap();
+        let again = r.admit(None).unwrap();
         let frames = futures::stream::iter(
             (0..3).map(|i| Ok::<_, std::io::Error>(Frame::data(Bytes::from(format!("{i}"))))),
         );

@@ -25,7 +25,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
-use super::connections::{self, Admitted, Closed, Registry};
+use super::connections::{self, Admitted, Closed, Refused, Registry};
 
 /// How the listener is served.
 pub struct Options {
@@ -42,6 +42,8 @@ pub struct Options {
     pub idle_timeout: Duration,
     /// Most connections open at once.
     pub max_connections: usize,
+    /// Most connections open at once from one client address (0: no cap of its own).
+    pub max_connections_per_address: usize,
     /// After the shutdown signal, how long open connections may go on.
     pub grace: Duration,
 }
@@ -60,6 +62,7 @@ impl Options {
             write_timeout: server.write_timeout,
             idle_timeout: server.idle_timeout,
             max_connections: server.max_connections,
+            max_connections_per_address: server.connections_per_address(),
             grace: server.shutdown_grace,
         }
     }
@@ -122,6 +125,7 @@ pub async fn run(
     });
     let registry = Registry::new(connections::Limits {
         max: options.max_connections,
+        per_address: options.max_connections_per_address,
         idle_timeout: options.idle_timeout,
         write_timeout: options.write_timeout,
     });
@@ -143,9 +147,16 @@ pub async fn run(
             () = &mut shutdown => break,
         };
         while connections.try_join_next().is_some() {}
-        let Some(admitted) = registry.admit() else {
-            tracing::warn!(%remote, open = registry.len(), "connection refused: every open connection is busy (server.max_connections)");
-            continue;
+        let admitted = match registry.admit(Some(remote.ip())) {
+            Ok(admitted) => admitted,
+            Err(Refused::Full) => {
+                tracing::warn!(%remote, open = registry.len(), "connection refused: every open connection is busy (server.max_connections)");
+                continue;
+            }
+            Err(Refused::Address) => {
+                tracing::warn!(%remote, open = registry.len(), "connection refused: every connection this address holds is busy (server.max_connections_per_address)");
+                continue;
+            }
         };
         // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm and the client's
         // delayed ACK hold each one back for up to 40 ms.

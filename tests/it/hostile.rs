@@ -123,6 +123,69 @@ async fn idle_connections_past_the_cap_cannot_keep_health_or_answers_out() {
     assert!(!log.contains("Too many open files"), "{log}");
 }
 
+/// A request whose body never ends (sent a byte at a time, or not at all) keeps its
+/// connection busy, so it is never evicted.
+async fn slow_body(addr: std::net::SocketAddr) -> std::io::Result<TcpStream> {
+    let mut tcp = TcpStream::connect(addr).await?;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100000\r\n\r\n{{\"model\": \"brunix\", "
+    );
+    tcp.write_all(head.as_bytes()).await?;
+    Ok(tcp)
+}
+
+/// Busy connections from one address cannot hold the gateway: with the cap at 16, 16
+/// requests whose bodies never end, from one address, take a quarter of the places
+/// (`server.max_connections_per_address` is held to it) and the rest are refused at once;
+/// `/health` and an answer from another address get through. (Before, the 16 took every
+/// place and `/health` went unanswered until their bodies timed out.)
+#[tokio::test]
+async fn one_address_with_busy_connections_cannot_hold_the_gateway() {
+    let upstream = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&upstream, Provider::Ollama, |s| {
+        s.server.max_connections = 16;
+    })
+    .await;
+    let mut slow = Vec::new();
+    for _ in 0..16 {
+        slow.push(slow_body(gw.addr).await.unwrap());
+    }
+    // Refused at once: closed unread. The places taken stay held (the streams are kept).
+    let refused = futures::future::join_all(slow.iter_mut().map(|c| async {
+        let mut buf = [0u8; 1024];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2), c.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }))
+    .await;
+    let refused = refused.iter().filter(|closed| **closed).count();
+    assert_eq!(
+        refused, 12,
+        "{refused} of 16 busy connections from one address refused"
+    );
+    let other: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let client = reqwest::Client::builder()
+        .local_address(other)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let health = client.get(gw.url("/health")).send().await;
+    assert!(
+        health.as_ref().is_ok_and(|r| r.status() == 200),
+        "{health:?}"
+    );
+    let answer = client
+        .post(gw.url("/v1/chat/completions"))
+        .json(&json!({"model": "brunix", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    drop(slow);
+}
+
 /// A client that stops reading an HTTP/2 stream (its flow-control window stays shut, the
 /// socket stays writable) has its connection closed after `server.write_timeout_secs`,
 /// and the upstream request is cancelled: on the HTTP port (SSE over h2c) and on the gRPC
