@@ -279,7 +279,7 @@ impl Open {
         }
     }
 
-    fn from_address(&self, ip: IpAddr) -> usize {
+    fn held_by(&self, ip: IpAddr) -> usize {
         self.by_address.get(&ip).copied().unwrap_or(0)
     }
 }
@@ -387,7 +387,7 @@ impl Registry {
         let mut open = inner.open.lock().unwrap_or_else(|e| e.into_inner());
         let per_address = inner.limits.per_address;
         let refused = if let Some(ip) =
-            address.filter(|ip| per_address > 0 && open.from_address(*ip) >= per_address)
+            address.filter(|ip| per_address > 0 && open.held_by(*ip) >= per_address)
         {
             (!self.evict_locked(&mut open, Some(ip))).then_some(Refused::Address)
         } else {
