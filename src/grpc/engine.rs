@@ -10,7 +10,8 @@
 //!   whose text starts `[ENG] Error:`, as the reference's clients expect; what the client
 //!   must change is a status: `INVALID_ARGUMENT` (empty query, oversize fields),
 //!   `UNAUTHENTICATED` (key missing or wrong in `authorization: Bearer` metadata),
-//!   `RESOURCE_EXHAUSTED` (rate limits, with `retry-after` metadata), `ABORTED` (the
+//!   `RESOURCE_EXHAUSTED` (rate limits, with `retry-after` metadata; a request over twice
+//!   the body limit, see `over_twice_the_limit`), `ABORTED` (the
 //!   session is busy with another turn).
 //! - A client that cancels the call cancels the upstream request; the partial turn is
 //!   kept in the session.

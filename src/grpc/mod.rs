@@ -47,6 +47,7 @@ pub fn router(
 ) -> Result<axum::Router, tonic_reflection::server::Error> {
     let server = &state.settings.server;
     let body_timeout = server.body_read_timeout;
+    let max_body = server.max_body_bytes;
     let engine = pb::assistance_engine_server::AssistanceEngineServer::new(engine::Engine::new(
         state.clone(),
     ))
@@ -74,7 +75,29 @@ pub fn router(
         .prepare()
         .into_axum_router()
         .layer(RequestBodyTimeoutLayer::new(body_timeout))
+        .layer(axum::middleware::from_fn(move |req, next| {
+            over_twice_the_limit(max_body, req, next)
+        }))
         .layer(axum::middleware::from_fn(grpc_only)))
+}
+
+/// A message over twice `server.max_body_bytes` is not read: tonic answers that
+/// `OUT_OF_RANGE`, which the gateway never uses otherwise; it is `RESOURCE_EXHAUSTED`, as
+/// gRPC's own servers answer a message over their limit, naming the setting.
+async fn over_twice_the_limit(max_body: usize, req: Request, next: Next) -> Response {
+    let response = next.run(req).await;
+    let out_of_range = response
+        .headers()
+        .get("grpc-status")
+        .is_some_and(|v| v.as_bytes() == b"11");
+    if !out_of_range {
+        return response;
+    }
+    tonic::Status::resource_exhausted(format!(
+        "the request is over twice server.max_body_bytes ({} bytes) and was not read",
+        max_body.saturating_mul(2)
+    ))
+    .into_http()
 }
 
 /// Only gRPC requests, and none from a web page (browsers send `Origin` with every

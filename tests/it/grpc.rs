@@ -426,17 +426,26 @@ async fn invalid_requests_are_invalid_argument_and_nothing_is_asked() {
         }
     }
     assert!(up.requests().is_empty(), "the upstream was never asked");
-    // Beyond twice the body limit the message is not even read.
-    let status = ask_stream(
-        &mut c,
-        AgentRequest {
+    // Beyond twice the body limit the message is not even read: RESOURCE_EXHAUSTED, as
+    // gRPC's own servers answer a message over their limit (tonic said OUT_OF_RANGE).
+    for whole in [false, true] {
+        let req = AgentRequest {
             editor_content: "x".repeat(9000),
             ..question("hi", "s")
-        },
-    )
-    .await
-    .unwrap_err();
-    assert_ne!(status.code(), Code::Ok);
+        };
+        let status = if whole {
+            ask_whole(&mut c, req).await
+        } else {
+            ask_stream(&mut c, req).await
+        }
+        .unwrap_err();
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(
+            status.message().contains("server.max_body_bytes"),
+            "{status:?}"
+        );
+    }
+    assert!(up.requests().is_empty(), "the upstream was never asked");
 }
 
 #[tokio::test]
