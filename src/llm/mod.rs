@@ -51,6 +51,10 @@ pub struct Message {
     pub tool_call_id: Option<String>,
     /// … and the function's name (Ollama).
     pub tool_name: Option<String>,
+    /// Where the client wrote the text, for an error about it (`system`, `instructions`,
+    /// `messages.2.content`, `input[3].content`); `None`: `messages[i].content`, the
+    /// message's place in the list (OpenAI, Ollama: one message a message).
+    pub field: Option<String>,
 }
 
 impl Message {
@@ -75,7 +79,14 @@ impl Message {
             tool_calls: Vec::new(),
             tool_call_id: None,
             tool_name: None,
+            field: None,
         }
+    }
+
+    /// `self`, written by the client at `field` (see [`Message::field`]).
+    pub fn at(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
     }
 }
 

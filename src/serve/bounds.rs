@@ -97,21 +97,33 @@ fn check_params(params: &crate::llm::GenParams) -> Result<(), GatewayError> {
 }
 
 /// At most `server.max_messages` messages of at most `server.max_message_chars`
-/// characters each: a chat's, and what `count_tokens` is asked to count.
+/// characters each: a chat's, and what `count_tokens` is asked to count. A text a
+/// dialect keeps beside its list (Anthropic's `system`, Responses' `instructions`) is not
+/// one of the client's messages, so it is not counted as one; each is named as the
+/// client wrote it.
 pub fn check_messages(
     server: &ServerSettings,
     messages: &[crate::llm::Message],
 ) -> Result<(), GatewayError> {
+    const BESIDE: [&str; 2] = ["system", "instructions"];
+    let listed = messages
+        .iter()
+        .filter(|m| !m.field.as_deref().is_some_and(|f| BESIDE.contains(&f)))
+        .count();
     check_count(
         "messages",
         "messages",
-        messages.len(),
+        listed,
         (server.max_messages, "server.max_messages"),
     )?;
     for (i, m) in messages.iter().enumerate() {
         let chars = m.content.chars().count();
         if chars > server.max_message_chars {
-            check_length(server, &format!("messages[{i}].content"), chars)?;
+            let field = m
+                .field
+                .clone()
+                .unwrap_or_else(|| format!("messages[{i}].content"));
+            check_length(server, &field, chars)?;
         }
     }
     Ok(())

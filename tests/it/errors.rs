@@ -640,6 +640,34 @@ async fn too_many_or_too_long_messages_are_400_naming_the_field() {
                 "system": "s".repeat(101)}),
             "system",
         ),
+        // Texts the Anthropic and Responses dialects hold outside their message lists are
+        // named as the client wrote them (both were named `messages[0].content`), and so
+        // are the messages after them.
+        (
+            "/v1/messages",
+            json!({"model": "brunix", "max_tokens": 10, "system": "s".repeat(101),
+                "messages": [{"role": "user", "content": "hi"}]}),
+            "system",
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "brunix", "max_tokens": 10, "system": "be brief",
+                "messages": [{"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "hello"},
+                    {"role": "user", "content": [{"type": "text", "text": "q".repeat(101)}]}]}),
+            "messages.2.content",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "brunix", "instructions": "s".repeat(101), "input": "hi"}),
+            "instructions",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "brunix", "instructions": "be brief",
+                "input": [{"role": "user", "content": "q".repeat(101)}]}),
+            "input[0].content",
+        ),
     ] {
         let (status, _, text) = post(&gw.url(path), body).await;
         assert_eq!(status, 400, "{path}: {text}");

@@ -211,7 +211,7 @@ fn conversation(req: &mut Request) -> Result<Vec<Message>, GatewayError> {
     if let Some(system) = req.system.take() {
         let text = text_of(system, "system", true)?;
         if !text.is_empty() {
-            out.push(Message::text(Role::System, text));
+            out.push(Message::text(Role::System, text).at("system"));
         }
     }
     // Tool names by call id: an Ollama upstream wants the name beside each result.
@@ -230,7 +230,9 @@ fn conversation(req: &mut Request) -> Result<Vec<Message>, GatewayError> {
             }
         };
         match m.content {
-            Content::Text(t) => out.push(Message::text(role, t)),
+            Content::Text(t) => {
+                out.push(Message::text(role, t).at(format!("messages.{i}.content")))
+            }
             Content::Blocks(blocks) => blocks_into(&mut out, &mut names, role, i, blocks)?,
         }
     }
@@ -281,14 +283,15 @@ fn blocks_into(
                 if block.is_error == Some(true) {
                     text = format!("Error: {text}");
                 }
-                let mut result = Message::text(Role::Tool, text);
+                let mut result = Message::text(Role::Tool, text).at(format!("{field}.content"));
                 result.tool_name = names.get(&id).cloned();
                 result.tool_call_id = Some(id);
                 results.push(result);
             }
             "mid_conv_system" => {
                 if let Some(c) = block.content {
-                    system.push(text_of(c, &format!("{field}.content"), false)?);
+                    let at = format!("{field}.content");
+                    system.push((text_of(c, &at, false)?, at));
                 }
             }
             _ => {
@@ -301,11 +304,11 @@ fn blocks_into(
     // A message of tool results (or system text) only is not also an empty message.
     let only_others = !results.is_empty() || !system.is_empty();
     out.extend(results);
-    for text in system {
-        out.push(Message::text(Role::System, text));
+    for (text, at) in system {
+        out.push(Message::text(Role::System, text).at(at));
     }
     if !texts.is_empty() || !calls.is_empty() || !only_others {
-        let mut message = Message::text(role, texts.join("\n"));
+        let mut message = Message::text(role, texts.join("\n")).at(format!("messages.{i}.content"));
         message.tool_calls = calls;
         out.push(message);
     }

@@ -114,11 +114,11 @@ pub fn responses(body: &[u8]) -> Result<Parsed<Stream>, GatewayError> {
     }
     let mut messages = Vec::new();
     if let Some(instructions) = req.instructions.clone().filter(|i| !i.is_empty()) {
-        messages.push(Message::text(Role::System, instructions));
+        messages.push(Message::text(Role::System, instructions).at("instructions"));
     }
     match req.input.take() {
         None => return Err(GatewayError::invalid("input", "input is required")),
-        Some(InputField::Text(t)) => messages.push(Message::text(Role::User, t)),
+        Some(InputField::Text(t)) => messages.push(Message::text(Role::User, t).at("input")),
         Some(InputField::Items(items)) => items_into(&mut messages, items)?,
     }
     if !messages.iter().any(|m| m.role != Role::System) {
@@ -219,7 +219,7 @@ fn items_into(out: &mut Vec<Message>, items: Vec<Item>) -> Result<(), GatewayErr
                         ))
                     }
                 };
-                let mut message = Message::text(role, "");
+                let mut message = Message::text(role, "").at(format!("{field}.content"));
                 match item.content {
                     None => {}
                     Some(c) => {
@@ -263,7 +263,7 @@ fn items_into(out: &mut Vec<Message>, items: Vec<Item>) -> Result<(), GatewayErr
                     None => String::new(),
                     Some(c) => content(c, &format!("{field}.output"))?.0,
                 };
-                let mut message = Message::text(Role::Tool, text);
+                let mut message = Message::text(Role::Tool, text).at(format!("{field}.output"));
                 message.tool_name = names.get(&call_id).cloned();
                 message.tool_call_id = Some(call_id);
                 out.push(message);
