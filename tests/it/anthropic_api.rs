@@ -518,3 +518,45 @@ async fn claude_code_session_header_is_a_default_session_header() {
         .iter()
         .any(|h| h == "X-Claude-Code-Session-Id"));
 }
+
+/// An image reaches the upstream the same way from every dialect: Anthropic's image
+/// blocks had been refused while OpenAI's `image_url` parts and Responses' `input_image`
+/// were forwarded.
+#[tokio::test]
+async fn an_image_reaches_the_upstream_alike_from_every_dialect() {
+    let data = "iVBORw0KGgo=";
+    let url = format!("data:image/png;base64,{data}");
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Ollama, |_| {}).await;
+    for (path, body) in [
+        (
+            "/v1/chat/completions",
+            json!({"model": "brunix", "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image_url", "image_url": {"url": url}}]}]}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "brunix", "max_tokens": 50, "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                    "data": data}}]}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "brunix", "input": [{"role": "user", "content": [
+                {"type": "input_text", "text": "what is this?"},
+                {"type": "input_image", "image_url": url}]}]}),
+        ),
+    ] {
+        let (status, _, text) = post(&gw.url(path), body).await;
+        assert_eq!(status, 200, "{path}: {text}");
+        let sent = up.last_request().body;
+        let last = sent["messages"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["images"], json!([data]), "{path}: {sent}");
+        assert!(
+            last["content"].as_str().unwrap().contains("what is this?"),
+            "{path}: {sent}"
+        );
+    }
+}

@@ -1,7 +1,8 @@
 //! Anthropic Messages request bodies (`/v1/messages`, `/v1/messages/count_tokens`) as
 //! the pipeline's input. Unknown fields, betas and server-side blocks are accepted and
-//! ignored (Claude Code sends many); what cannot be served (images, PDFs) is refused
-//! naming the block.
+//! ignored (Claude Code sends many). Images in a message go to the upstream as every
+//! dialect's do (base64 as a `data:` URL, a `url` source as the URL); what cannot be
+//! served (PDFs, images inside tool results or system text) is refused naming the block.
 
 use std::collections::HashMap;
 
@@ -249,12 +250,14 @@ fn blocks_into(
     blocks: Vec<Block>,
 ) -> Result<(), GatewayError> {
     let mut texts: Vec<String> = Vec::new();
+    let mut images = Vec::new();
     let mut calls = Vec::new();
     let mut results = Vec::new();
     let mut system = Vec::new();
     for (j, block) in blocks.into_iter().enumerate() {
         let field = format!("messages.{i}.content.{j}");
         match block.kind.as_str() {
+            "image" => images.push(image(block.source, &field)?),
             "tool_use" => {
                 let (Some(id), Some(name)) = (block.id, block.name) else {
                     return Err(GatewayError::invalid(
@@ -307,12 +310,47 @@ fn blocks_into(
     for (text, at) in system {
         out.push(Message::text(Role::System, text).at(at));
     }
-    if !texts.is_empty() || !calls.is_empty() || !only_others {
+    if !texts.is_empty() || !calls.is_empty() || !images.is_empty() || !only_others {
         let mut message = Message::text(role, texts.join("\n")).at(format!("messages.{i}.content"));
         message.tool_calls = calls;
+        message.images = images;
         out.push(message);
     }
     Ok(())
+}
+
+/// An image block's source as the URL the upstream is sent: `base64` as a `data:` URL,
+/// `url` as it is.
+fn image(source: Option<Value>, field: &str) -> Result<String, GatewayError> {
+    let source = source.unwrap_or(Value::Null);
+    let text = |key: &str| {
+        source
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+    };
+    match (
+        source.get("type").and_then(Value::as_str),
+        text("media_type"),
+        text("data"),
+        text("url"),
+    ) {
+        (Some("base64"), Some(media), Some(data), _) if media.starts_with("image/") => {
+            Ok(format!("data:{media};base64,{data}"))
+        }
+        (Some("url"), _, _, Some(url))
+            if url.starts_with("https://") || url.starts_with("http://") =>
+        {
+            Ok(url.to_string())
+        }
+        _ => Err(GatewayError::invalid(
+            format!("{field}.source"),
+            format!(
+                "{field}: an image block needs a source of type base64 (with an image/ \
+                 media_type and data) or url (http or https)"
+            ),
+        )),
+    }
 }
 
 /// The text of a string or of blocks (system prompts, tool results).
@@ -345,7 +383,7 @@ fn block_text(block: Block, field: &str, system: bool) -> Result<Option<String>,
         },
         "image" => Err(GatewayError::invalid(
             field.to_string(),
-            format!("{field}: image blocks are not supported by this gateway; send text"),
+            format!("{field}: an image is read only in a message's own content, not here"),
         )),
         "document" => {
             let mut source = block.source.unwrap_or(Value::Null);
@@ -510,19 +548,30 @@ mod tests {
     }
 
     #[test]
-    fn images_and_missing_max_tokens_are_refused_naming_the_field() {
+    fn images_are_read_and_a_missing_max_tokens_is_refused_naming_the_field() {
         let e = messages(br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#)
             .err()
             .unwrap();
         assert_eq!(e.param.as_deref(), Some("max_tokens"));
+        let p = turn(
+            json!({"model":"m","max_tokens":5,"messages":[{"role":"user","content":[
+            {"type":"text","text":"what is this?"},
+            {"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}},
+            {"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}]}]}),
+        );
+        let m = &chat(&p)[0];
+        assert_eq!(m.content, "what is this?");
+        assert_eq!(
+            m.images,
+            ["data:image/png;base64,AA==", "https://example.com/a.png"]
+        );
         let e = messages(
             br#"{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[
-                {"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA=="}}]}]}"#,
+                {"type":"image","source":{"type":"file","file_id":"f1"}}]}]}"#,
         )
         .err()
         .unwrap();
-        assert_eq!(e.param.as_deref(), Some("messages.0.content.0"));
-        assert!(e.message.contains("image"), "{}", e.message);
+        assert_eq!(e.param.as_deref(), Some("messages.0.content.0.source"));
     }
 
     /// A document's text is read, from its text blocks too; a document nested in one
