@@ -109,8 +109,7 @@ def anthropic_errors():
         assert e.status_code == 404 and e.body["error"]["type"] == "not_found_error", e.body
     try:
         an.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                         "data": "iVBORw0KGgo="}}]}])
+            {"type": "image", "source": {"type": "file", "file_id": "file_011"}}]}])
         raise AssertionError("no error")
     except anthropic.BadRequestError as e:
         assert e.body["error"]["type"] == "invalid_request_error", e.body

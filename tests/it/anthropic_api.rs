@@ -341,7 +341,8 @@ async fn errors_are_in_anthropic_shape_with_their_status() {
     assert!(message.contains("no-such-model"), "{message}");
     let (status, _, text) = messages(&gw, "/v1/messages/nope", key, hello("brunix")).await;
     anthropic_error(status, &text, (404, "not_found_error"));
-    // 400: max_tokens missing, an image, a bad role.
+    // 400: max_tokens missing, an image from a source the gateway cannot read (a Files
+    // API id), a bad role.
     let (status, _, text) = messages(
         &gw,
         "/v1/messages",
@@ -356,7 +357,7 @@ async fn errors_are_in_anthropic_shape_with_their_status() {
         "/v1/messages",
         key,
         json!({"model": "brunix", "max_tokens": 5, "messages": [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}},
+            {"type": "image", "source": {"type": "file", "file_id": "file_011"}},
             {"type": "text", "text": "what is this?"}]}]}),
     )
     .await;
