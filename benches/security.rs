@@ -16,7 +16,10 @@
 //!   streaming 16 KiB tokens as fast as they are taken, read for SECURITY_STREAM_MB
 //!   (1,000) MB, without and with a `session_id`, and through `/v1/responses`;
 //! - `huge error` / `huge count` / `huge list`: upstream bodies of SECURITY_HUGE_MB (200)
-//!   MB: an error page on every attempt, the tokenizer's answer, the model list.
+//!   MB: an error page on every attempt, the tokenizer's answer, the model list;
+//! - `collector`: the trace collector (OTLP/HTTP, where every answer's spans go) answers
+//!   each export with SECURITY_COLLECTOR_MB (500) MB, for SECURITY_COLLECTOR_SECS (20) s
+//!   of answers.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -29,13 +32,15 @@ mod support;
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{env_or, mib, percentile, rss_kib, start_gateway, GatewayOptions, RssSampler};
 use serde_json::json;
 use support::{Hostile, Reply, ScriptedUpstream};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const SETTINGS: [u8; 9] = [0, 0, 0, 4, 0, 0, 0, 0, 0];
@@ -47,6 +52,56 @@ struct Row {
     chat_ms: f64,
     rss_mib: f64,
     peak_mib: f64,
+}
+
+/// A trace collector on a loopback port: it answers every export 200, with an empty body,
+/// or, while `huge` is set, with a body of `huge_bytes` written as fast as it is taken.
+async fn collector(huge: Arc<AtomicBool>, huge_bytes: usize) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = listener.accept().await {
+            let huge = huge.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    // One export's request (its headers and body arrive in a few reads).
+                    match tokio::time::timeout(Duration::from_millis(50), c.read(&mut buf)).await {
+                        Ok(Ok(0) | Err(_)) => return,
+                        Ok(Ok(_)) => continue,
+                        Err(_) => {}
+                    }
+                    let bytes = if huge.load(Ordering::Relaxed) {
+                        huge_bytes
+                    } else {
+                        0
+                    };
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: {bytes}\r\n\r\n");
+                    if c.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let zeros = vec![0u8; 1 << 20];
+                    let mut left = bytes;
+                    while left > 0 {
+                        let n = left.min(zeros.len());
+                        if c.write_all(&zeros[..n]).await.is_err() {
+                            return;
+                        }
+                        left -= n;
+                    }
+                    if bytes > 0 {
+                        return;
+                    }
+                    // Wait for the next request on this connection.
+                    match c.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                }
+            });
+        }
+    });
+    url
 }
 
 /// `/health` 20 times (p50 and max, ms) and one chat answer (ms) against `url`.
@@ -119,12 +174,17 @@ async fn main() {
     let slow: usize = env_or("SECURITY_SLOW", 500);
     let stream_mb: usize = env_or("SECURITY_STREAM_MB", 1000);
     let huge_mb: usize = env_or("SECURITY_HUGE_MB", 200);
+    let collector_mb: usize = env_or("SECURITY_COLLECTOR_MB", 500);
+    let collector_secs: u64 = env_or("SECURITY_COLLECTOR_SECS", 20);
     let upstream = ScriptedUpstream::start().await;
     upstream.set_default(Reply::tokens(&["fine"]));
+    let huge_collector = Arc::new(AtomicBool::new(false));
+    let traces = collector(huge_collector.clone(), collector_mb << 20).await;
     let gw = start_gateway(
         &upstream,
         &GatewayOptions {
             knowledge: false,
+            env: vec![("ASSIST__TELEMETRY__OTLP_ENDPOINT".into(), traces)],
             ..GatewayOptions::default()
         },
     )
@@ -222,6 +282,21 @@ async fn main() {
         took.as_secs_f64()
     );
     rows.push(row(&case, counted, peak));
+
+    // Every answer's spans are exported about once a second; each export is answered with
+    // collector_mb MB while this row runs.
+    huge_collector.store(true, Ordering::Relaxed);
+    let sampler = RssSampler::start(pid);
+    let until = Instant::now() + Duration::from_secs(collector_secs);
+    let mut probed = probe(&gw.url).await;
+    while Instant::now() < until {
+        probed = probe(&gw.url).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let peak = sampler.stop().await;
+    huge_collector.store(false, Ordering::Relaxed);
+    let case = format!("collector answering {collector_mb} MB an export, {collector_secs} s");
+    rows.push(row(&case, probed, peak));
 
     println!(
         "\n| case | /health p50 / max (ms) | chat answer (ms) | RSS after (MiB) | peak RSS (MiB) |"
