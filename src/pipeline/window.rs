@@ -26,7 +26,9 @@ pub(super) const ESTIMATE_OVERCOUNT: f64 = 1.5;
 const MAX_TOKEN_BYTES: usize = 32;
 
 /// The refusal of a prompt whose client messages alone are over the window by the
-/// estimate: `what` (the prompt, or the messages) takes about `estimated` tokens.
+/// estimate: `what` (the prompt, or the messages) takes about `estimated` tokens. Both
+/// refusals start as Anthropic's does (`prompt is too long: N tokens > M maximum`): Claude
+/// Code reads that to compact its conversation and sizes what to drop by the numbers.
 fn over_the_window(window: usize, answer: usize, what: &str, estimated: usize) -> GatewayError {
     tracing::warn!(
         stage = "assemble",
@@ -36,9 +38,10 @@ fn over_the_window(window: usize, answer: usize, what: &str, estimated: usize) -
         "the client's messages alone do not fit the window (estimated)"
     );
     GatewayError::context_length_exceeded(format!(
-        "this model's window is {window} tokens: {what} takes about {estimated} by the \
-         gateway's estimate and the answer {answer} more; shorten the messages or ask for \
-         fewer tokens"
+        "prompt is too long: about {estimated} tokens > {room} maximum (this model's window \
+         is {window} tokens: {what} takes about {estimated} by the gateway's estimate and \
+         the answer {answer} more); shorten the messages or ask for fewer tokens",
+        room = window.saturating_sub(answer)
     ))
 }
 
@@ -150,9 +153,10 @@ impl Pipeline {
                     "the client's messages alone do not fit the window"
                 );
                 return Err(GatewayError::context_length_exceeded(format!(
-                    "this model's window is {window} tokens: the prompt (the messages and the \
-                     assistant's instructions) takes {total} and the answer {answer} more; \
-                     shorten the messages or ask for fewer tokens"
+                    "prompt is too long: {total} tokens > {limit} maximum (this model's window \
+                     is {window} tokens: the prompt, the messages and the assistant's \
+                     instructions, takes {total} and the answer {answer} more); shorten the \
+                     messages or ask for fewer tokens"
                 )));
             }
             rounds += 1;

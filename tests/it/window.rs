@@ -150,6 +150,26 @@ async fn messages_that_alone_overflow_the_window_are_refused_in_each_dialects_sh
     assert_eq!(status, 400, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
     assert!(v["error"].as_str().unwrap().contains("window"), "{body}");
+    // Anthropic's words, which Claude Code reads to compact its conversation, with the
+    // numbers it sizes what to drop by: the prompt's tokens over the room it has.
+    let mut anthropic = ask("brunix");
+    anthropic["max_tokens"] = json!(256);
+    let (status, _, body) = post(&gw.url("/v1/messages"), anthropic).await;
+    assert_eq!(status, 400, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["type"], "invalid_request_error", "{body}");
+    let message = v["error"]["message"].as_str().unwrap();
+    let numbers = message
+        .strip_prefix("prompt is too long: ")
+        .and_then(|rest| rest.split_once(" tokens > "))
+        .and_then(|(n, rest)| {
+            Some((
+                n.parse::<u64>().ok()?,
+                rest.split_once(" maximum")?.0.parse::<u64>().ok()?,
+            ))
+        });
+    let (prompt, room) = numbers.unwrap_or_else(|| panic!("not Anthropic's words: {message}"));
+    assert!(prompt > room && room == 2048 - 256, "{message}");
     assert!(chat_requests(&up).is_empty(), "nothing was sent upstream");
     // A max_tokens over the window is forwarded (most servers take it as a cap); this
     // upstream reserves it, refuses, and the client hears why.
