@@ -374,9 +374,10 @@ impl ServerSettings {
             check(
                 !name
                     .strip_prefix("key-")
-                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())),
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_hexdigit())),
                 "server.api_keys",
-                "key-1, key-2, … name the keys without a name (by their place in the list)",
+                "key-1, key-2, … name the keys without a name (by their place in the list), and \
+                 key- with hex digits is where their usage is kept",
             )?;
             check(
                 !self.api_keys.iter().any(|k| k.key == name),

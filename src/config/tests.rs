@@ -147,6 +147,7 @@ fn keys_have_names_and_limits_checked() {
         ),
         ("{ name = \"x\", key = \"k\", tokens = 3 }", "unknown"),
         ("{ name = \"key-2\", key = \"k\" }, \"j\"", "without a name"),
+        ("{ name = \"key-0a1b2c3d\", key = \"k\" }", "without a name"),
     ] {
         let f = write(&format!("[server]\napi_keys = [{bad}]\n"));
         let e = Settings::load_without_env(Some(f.path())).unwrap_err();

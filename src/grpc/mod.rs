@@ -85,11 +85,14 @@ pub fn router(
 /// `OUT_OF_RANGE`, which the gateway never uses otherwise; it is `RESOURCE_EXHAUSTED`, as
 /// gRPC's own servers answer a message over their limit, naming the setting.
 async fn over_twice_the_limit(max_body: usize, req: Request, next: Next) -> Response {
+    // Health and reflection keep tonic's own limit and words.
+    let engine = req.uri().path().starts_with(&format!("/{SERVICE}/"));
     let response = next.run(req).await;
-    let out_of_range = response
-        .headers()
-        .get("grpc-status")
-        .is_some_and(|v| v.as_bytes() == b"11");
+    let out_of_range = engine
+        && response
+            .headers()
+            .get("grpc-status")
+            .is_some_and(|v| v.as_bytes() == b"11");
     if !out_of_range {
         return response;
     }

@@ -38,9 +38,9 @@ fn over_the_window(window: usize, answer: usize, what: &str, estimated: usize) -
         "the client's messages alone do not fit the window (estimated)"
     );
     GatewayError::context_length_exceeded(format!(
-        "prompt is too long: about {estimated} tokens > {room} maximum (this model's window \
-         is {window} tokens: {what} takes about {estimated} by the gateway's estimate and \
-         the answer {answer} more); shorten the messages or ask for fewer tokens",
+        "prompt is too long: {estimated} tokens > {room} maximum by the gateway's estimate \
+         (this model's window is {window} tokens: {what} takes about {estimated} and the \
+         answer {answer} more); shorten the messages or ask for fewer tokens",
         room = window.saturating_sub(answer)
     ))
 }

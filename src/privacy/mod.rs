@@ -125,7 +125,9 @@ impl Privacy {
     /// `value` (a tool call's arguments, a tool's definition) cleaned: every string in it,
     /// object keys too, each alone; then the whole as the JSON text a message would carry,
     /// so a secret held as a value is named by its key (`{"password": "…"}`). The JSON text
-    /// is taken back only when it still parses (a placeholder never holds a quote).
+    /// is taken back only when it parses to the same shape, only strings changed: a rule
+    /// whose match spans strings (a key block's BEGIN in one, its END in another) must not
+    /// cut the values between them out of the arguments.
     pub fn clean_json(&self, value: &mut serde_json::Value) -> Cleaned {
         let mut cleaned = self.clean_json_strings(value);
         if matches!(
@@ -135,9 +137,12 @@ impl Privacy {
             let mut text = value.to_string();
             let whole = self.clean(&mut text);
             if !whole.is_empty() {
-                if let Ok(parsed) = serde_json::from_str(&text) {
-                    *value = parsed;
-                    cleaned.add(whole);
+                match serde_json::from_str(&text) {
+                    Ok(parsed) if same_shape(value, &parsed) => {
+                        *value = parsed;
+                        cleaned.add(whole);
+                    }
+                    _ => {}
                 }
             }
         }
@@ -195,6 +200,23 @@ impl Privacy {
         let path = path.strip_prefix("file://").unwrap_or(path);
         let path = percent_decoded(path).replace('\\', "/");
         self.exclude.is_match(path.trim_start_matches("./"))
+    }
+}
+
+/// Whether `b` is `a` with only strings changed: the same keys, lengths and kinds.
+fn same_shape(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value::{Array, Object, String};
+    match (a, b) {
+        (String(_), String(_)) => true,
+        (Array(x), Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_shape(x, y))
+        }
+        (Object(x), Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_shape(v, w)))
+        }
+        _ => a == b,
     }
 }
 
@@ -270,6 +292,26 @@ mod tests {
         let off = Privacy::new(false, None, &[]).unwrap();
         let mut text = "DB_PASSWORD=hunter2!x".to_string();
         assert!(off.clean(&mut text).is_empty());
+    }
+
+    /// A tool call's arguments keep their shape: a key block's BEGIN in one string and its
+    /// END in another are not one secret cutting the values between them out (the edit
+    /// below had lost its second half); a secret named by its key is still found.
+    #[test]
+    fn json_arguments_keep_their_shape() {
+        let p = Privacy::new(true, None, &[]).unwrap();
+        let edits = serde_json::json!({"edits": [
+            {"old_string": "-----BEGIN RSA PRIVATE KEY-----", "new_string": "-----BEGIN PRIVATE KEY-----"},
+            {"old_string": "-----END RSA PRIVATE KEY-----", "new_string": "-----END PRIVATE KEY-----"}]});
+        let mut value = edits.clone();
+        p.clean_json(&mut value);
+        assert_eq!(value, edits);
+        let mut value = serde_json::json!({"host": "db", "password": "hunter2!x"});
+        p.clean_json(&mut value);
+        assert_eq!(
+            value,
+            serde_json::json!({"host": "db", "password": "[REDACTED generic_password]"})
+        );
     }
 
     /// A path of thousands of `/` was matched once for every tail (its length squared:
