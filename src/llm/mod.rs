@@ -174,6 +174,31 @@ pub enum Input {
     },
 }
 
+impl Input {
+    /// The input as chat messages (a raw prompt becomes a user message, after its system
+    /// text).
+    pub fn into_messages(self) -> Vec<Message> {
+        match self {
+            Input::Chat(messages) => messages,
+            Input::Prompt {
+                prompt,
+                system,
+                images,
+                ..
+            } => {
+                let mut out = Vec::new();
+                if let Some(s) = system.filter(|s| !s.trim().is_empty()) {
+                    out.push(Message::text(Role::System, s));
+                }
+                let mut user = Message::text(Role::User, prompt);
+                user.images = images;
+                out.push(user);
+                out
+            }
+        }
+    }
+}
+
 /// Sampling and output controls; `None` = the upstream's default.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GenParams {

@@ -5,7 +5,8 @@
 //! extra context), fitted to what the window leaves once the answer, the question and the
 //! conversation are accounted for; the selected code, as fitted, goes at the start of the
 //! last user message instead, beside the question about it. Then the conversation, then
-//! the client's messages.
+//! the client's messages. For an agent (a client with its own tools) the system message
+//! is the system prompt alone and everything else goes with the last user message.
 //! Editor code (selection, open file, extra context) is included only when the question is
 //! about it; items the user attached explicitly (`additional_context`) always are.
 
@@ -35,6 +36,12 @@ pub struct Request<'a> {
     pub answer_tokens: usize,
     /// The request's tool definitions as JSON (they take room in the prompt too).
     pub tools: &'a str,
+    /// The client brought its own tools: an agent, whose every request repeats a long
+    /// prefix (its instructions, its tools, the conversation so far). What the gateway
+    /// adds for this turn alone (the instructions for the kind of question, the context)
+    /// then goes with the last user message, so the system message stays the same from
+    /// one request to the next and the model server reuses what it read before.
+    pub agent: bool,
     /// How text is measured (scaled to the upstream's tokenizer when it was seen).
     pub estimate: Estimator,
 }
@@ -146,6 +153,11 @@ pub fn assemble(req: Request<'_>) -> Assembled {
     if !rest.trim().is_empty() {
         system.push_str("\n\n");
         system.push_str(rest.trim_end());
+    }
+    if req.agent {
+        // The system prompt stays; this turn's part moves to the question (same tokens).
+        let turn = system.split_off(req.prompts.system.len());
+        selected = format!("{}\n\n{}", turn.trim(), selected.trim_end());
     }
     let can_shrink = !context.text.is_empty() || !history.is_empty();
     let mut messages = Vec::with_capacity(1 + history.len() + req.messages.len());
@@ -444,6 +456,7 @@ mod tests {
             window_tokens: 4096,
             answer_tokens: 512,
             tools: "",
+            agent: false,
             estimate: Estimator::default(),
         }
     }
@@ -492,6 +505,52 @@ mod tests {
         // A text that neutralizing changed is measured again, whatever was known of it.
         let stale = fitted(&[measured[0], 0]);
         assert_eq!(stale.estimated_tokens, fresh.estimated_tokens);
+    }
+
+    #[test]
+    fn an_agents_system_message_is_the_same_whatever_the_turn_adds() {
+        use crate::retrieval::KnowledgeChunk;
+        let prompts = Prompts::built_in();
+        let ed = editor();
+        let hit = |text: &str| {
+            let mut chunk = KnowledgeChunk::sample("c0", "guide.md");
+            chunk.text = text.to_string();
+            Scored {
+                chunk: chunk.into(),
+                score: 1.0,
+            }
+        };
+        let turn = |query_type, hits: &[Scored]| {
+            assemble(Request {
+                hits,
+                agent: true,
+                ..request(&prompts, &ed, true, query_type)
+            })
+            .messages
+        };
+        let first = turn(QueryType::Retrieval, &[hit("Ports are set by BRISA_PORT.")]);
+        let second = turn(QueryType::CodeGeneration, &[hit("Retries back off.")]);
+        assert_eq!(first[0].content, prompts.system);
+        assert_eq!(first[0], second[0], "the prefix a model server can reuse");
+        // What this turn adds goes with its question, the question last, nothing lost.
+        let question = &first.last().unwrap().content;
+        let at = |s: &str| {
+            question
+                .find(s)
+                .unwrap_or_else(|| panic!("{s} missing: {question}"))
+        };
+        assert!(at(prompts.retrieval.trim()) < at("BRISA_PORT"));
+        assert!(at("BRISA_PORT") < at("<selected_code>"));
+        assert!(at("fn whole_file() {}") < at("why is this not catching?"));
+        assert!(question.ends_with("</selected_code>\n\nwhy is this not catching?"));
+        assert!(second.last().unwrap().content.contains("Retries back off."));
+        // A client without tools keeps everything but the selection in the system message.
+        let chat = assemble(Request {
+            hits: &[hit("Ports are set by BRISA_PORT.")],
+            ..request(&prompts, &ed, true, QueryType::Retrieval)
+        })
+        .messages;
+        assert!(chat[0].content.contains("BRISA_PORT"));
     }
 
     #[test]

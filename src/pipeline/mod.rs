@@ -25,6 +25,7 @@ mod protect;
 pub mod reformulate;
 mod spans;
 mod stream;
+mod tools;
 pub mod understand;
 mod window;
 
@@ -400,7 +401,7 @@ impl Pipeline {
         let applied = self.config.context_policy.apply(&mut editor)?;
         applied.count(&editor);
         let mut messages =
-            client_messages(std::mem::replace(&mut request.input, Input::Chat(vec![])));
+            std::mem::replace(&mut request.input, Input::Chat(vec![])).into_messages();
         let mut cleaned = self.protect(&mut editor, &mut messages);
         for tool in &mut request.tools {
             cleaned.add(self.privacy.clean_json(tool));
@@ -443,6 +444,8 @@ impl Pipeline {
         }
         let hit_tokens = self.protect_hits(&mut hits);
         let (window, answer_tokens) = self.window_and_answer(&request.params, &clock).await;
+        let agent = !request.tools.is_empty();
+        tools::fit(&mut request.tools, window, &self.estimator());
         let tools = if request.tools.is_empty() {
             String::new()
         } else {
@@ -461,6 +464,7 @@ impl Pipeline {
                 window_tokens: window,
                 answer_tokens,
                 tools: if with_tools { tools.as_str() } else { "" },
+                agent,
                 estimate: self.estimator(),
             };
         // The client's tools count in the prompt. When they alone make it overflow the
@@ -777,28 +781,6 @@ struct Retry {
     /// Also when the stream ends before its first token (how llama-cpp-python refuses a
     /// streamed prompt), which is taken as "too long" only for prompts not counted.
     on_close: bool,
-}
-
-/// The client's turn as chat messages (`/api/generate` prompts become a user message).
-fn client_messages(input: Input) -> Vec<Message> {
-    match input {
-        Input::Chat(messages) => messages,
-        Input::Prompt {
-            prompt,
-            system,
-            images,
-            ..
-        } => {
-            let mut out = Vec::new();
-            if let Some(s) = system.filter(|s| !s.trim().is_empty()) {
-                out.push(Message::text(Role::System, s));
-            }
-            let mut user = Message::text(Role::User, prompt);
-            user.images = images;
-            out.push(user);
-            out
-        }
-    }
 }
 
 /// Ollama's `keep_alive` as configured: a number of seconds (`-1`: for ever, `0`: unload
