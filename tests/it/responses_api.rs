@@ -352,3 +352,52 @@ async fn a_streamed_answer_past_16_mib_ends_incomplete_and_is_not_held_whole() {
         .unwrap();
     assert_eq!(done.1["text"].as_str().unwrap().len(), kept);
 }
+
+/// Codex's model catalog (what it asks a provider's `model_catalog_url` for, with its
+/// version): every served model with the window the gateway budgets for and short
+/// instructions, in the shape Codex parses; OpenAI's list when no version is named.
+#[tokio::test]
+async fn codex_reads_each_models_window_from_the_catalog() {
+    let up = ScriptedUpstream::start().await;
+    let gw = Gateway::start(&up, Provider::Openai, |s| {
+        s.assistant.passthrough = true;
+        s.assistant.context_tokens = 12000;
+    })
+    .await;
+    let (status, catalog) = get_json(&gw.url("/v1/models?client_version=0.169.0")).await;
+    assert_eq!(status, 200, "{catalog}");
+    let models = catalog["models"]
+        .as_array()
+        .expect("Codex's {\"models\": [...]}");
+    assert_eq!(models[0]["slug"], "brunix");
+    assert!(
+        models.iter().any(|m| m["slug"] == UPSTREAM_MODEL),
+        "{catalog}"
+    );
+    for m in models {
+        // Every field Codex requires, and the window it compacts by.
+        for field in [
+            "display_name",
+            "supported_reasoning_levels",
+            "shell_type",
+            "visibility",
+            "supported_in_api",
+            "priority",
+            "base_instructions",
+            "supports_reasoning_summaries",
+            "support_verbosity",
+            "truncation_policy",
+            "supports_parallel_tool_calls",
+            "experimental_supported_tools",
+        ] {
+            assert!(m.get(field).is_some(), "{field} missing: {m}");
+        }
+        assert_eq!(m["context_window"], 12000, "{m}");
+        assert!(m["auto_compact_token_limit"].as_u64().unwrap() < 12000);
+        assert!(m["base_instructions"].as_str().unwrap().len() < 1000);
+    }
+    let (status, list) = get_json(&gw.url("/v1/models")).await;
+    assert_eq!(status, 200);
+    assert_eq!(list["object"], "list", "{list}");
+    assert!(list.get("models").is_none());
+}

@@ -6,7 +6,7 @@
 mod parse;
 mod render;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::chat::{self, Parse};
 use super::dialect::{self, ApiError, OpenAi};
-use super::{anthropic, embeddings, eval, sources, usage, AppState};
+use super::{anthropic, embeddings, eval, responses, sources, usage, AppState};
 use crate::pipeline::ServedModel;
 
 pub use render::Sse;
@@ -54,8 +54,20 @@ fn model_json(m: &ServedModel, started: i64) -> Value {
     }
 }
 
-/// The served models; in Anthropic's shape for an Anthropic client.
-async fn list_models(State(state): State<AppState>, headers: HeaderMap) -> Json<Value> {
+/// The served models; in Anthropic's shape for an Anthropic client, as Codex's model
+/// catalog when Codex asks (it names its version, `?client_version=`).
+async fn list_models(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Json<Value> {
+    let codex = query.is_some_and(|q| {
+        q.split('&')
+            .any(|pair| pair.split('=').next() == Some("client_version"))
+    });
+    if codex {
+        return Json(responses::catalog(&state).await);
+    }
     let models = state.pipeline.models().await;
     if anthropic::asked_by(&headers) {
         return Json(anthropic::model_list(&models, &state.started_rfc3339()));
