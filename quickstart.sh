@@ -22,14 +22,19 @@
 # prompt at about 160 tokens/s on 2 cores and answers stream at about 16 tokens/s. Three
 # whole chunks (retrieval.top_k = 3) make prompts of 600-1,400 tokens, 4-9 s before the
 # first token, and more right answers from a small model than eight chunks cut to fit
-# (tests/it/real_model.rs' golden questions: 12 of 13 against 11). The prompt budget
-# (context_tokens minus the answer's 512 = 1,536) bounds the wait at about 10 s; the
-# server's window (4096) is larger than the gateway's budget (2048): room for a prompt
-# counted larger by the model's tokenizer than estimated, at 12 KB of memory a token. --logits_all false: the server's default keeps every prompt
-# token's logits (151,936 floats each), 1.5 GB more memory and slower prompts for nothing.
-# --interrupt_requests false: by default any request that reaches the server while it
-# streams an answer (another user's question, even the gateway's token count or a model
-# listing) ends that answer with no finish_reason, and its user gets an error.
+# (tests/it/real_model.rs' golden questions: 12 of 13 against 11); the last six turns of a
+# conversation come with a question (sessions.window_turns). The window is the model's
+# 16,384 tokens, so that a coding agent's prompt fits: Claude Code's instructions take
+# about 3,500 tokens and its tools, sent brief, 3,000 more; Codex's, from the gateway's
+# catalog, under 3,000 in all. The server's --cache keeps what it read of earlier prompts
+# (at 12 KB of memory a token), so an agent's next request reads only what is new.
+# An agent's first request takes one to two minutes to read on 2 cores: the first byte may
+# take up to 300 s before the gateway gives up. --logits_all false: the server's default
+# keeps every prompt token's logits (151,936 floats each), 1.5 GB more memory and slower
+# prompts for nothing. --interrupt_requests false: by default any request that reaches the
+# server while it streams an answer (another user's question, even the gateway's token
+# count or a model listing) ends that answer with no finish_reason, and its user gets an
+# error.
 set -euo pipefail
 cd "$(dirname "$0")"
 port="${ASSIST_PORT:-8080}"
@@ -87,10 +92,11 @@ addr = "127.0.0.1:$grpc_port"
 provider = "openai"
 base_url = "http://127.0.0.1:$model_port/v1"
 model = "$model"
+first_byte_timeout_secs = 300
 
 [assistant]
 passthrough = true
-context_tokens = 2048
+context_tokens = 16384
 answer_reserve_tokens = 512
 
 [retrieval]
@@ -130,7 +136,7 @@ wait_until() {
 threads="$(nproc)"
 OMP_WAIT_POLICY=PASSIVE "$python" -m llama_cpp.server --model "$gguf" --model_alias "$model" \
   --host 127.0.0.1 --port "$model_port" --n_threads "$threads" --n_threads_batch "$threads" \
-  --n_ctx 4096 --logits_all false --interrupt_requests false >"$data/model-server.log" 2>&1 &
+  --n_ctx 16384 --cache true --logits_all false --interrupt_requests false >"$data/model-server.log" 2>&1 &
 pids+=($!)
 wait_until "http://127.0.0.1:$model_port/v1/models" "${pids[0]}" "the model server (see $data/model-server.log)"
 
@@ -171,6 +177,8 @@ seconds; "$bin ingest --config $config PATH" adds more while it serves; its stat
 curl http://127.0.0.1:$port/v1/knowledge
 
 Editors: examples/continue-config.yaml (continue), examples/open-webui.md, examples/litellm-config.yaml.
+Coding agents: README.md's Claude Code and Codex CLI sections, as written (this window is
+16384 tokens: CLAUDE_CODE_MAX_CONTEXT_TOKENS=16384; Codex reads it from the gateway).
 Press Ctrl-C to stop.
 EOF
 wait "${pids[1]}"

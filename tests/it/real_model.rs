@@ -46,6 +46,16 @@ pub(crate) async fn start_model_server_with_window(
     gguf: &str,
     n_ctx: u32,
 ) -> ModelServer {
+    start_model_server_with(python, gguf, &["--n_ctx", &n_ctx.to_string()]).await
+}
+
+/// The model server as quickstart.sh starts it: the model's 16,384-token window, and the
+/// prompt cache that keeps what it read of earlier prompts.
+pub(crate) async fn start_model_server_as_the_quick_start(python: &str, gguf: &str) -> ModelServer {
+    start_model_server_with(python, gguf, &["--n_ctx", "16384", "--cache", "true"]).await
+}
+
+async fn start_model_server_with(python: &str, gguf: &str, window: &[&str]) -> ModelServer {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -60,7 +70,8 @@ pub(crate) async fn start_model_server_with_window(
             "--host",
             "127.0.0.1",
         ])
-        .args(["--port", &port.to_string(), "--n_ctx", &n_ctx.to_string()])
+        .args(["--port", &port.to_string()])
+        .args(window)
         .args(["--n_threads", "1", "--n_threads_batch", "2"])
         .args(["--logits_all", "false", "--interrupt_requests", "false"])
         .args(["--model_alias", MODEL])
