@@ -207,7 +207,75 @@ pub(super) const ANCHORS: &[&str] = &[
     "lol", "lmao", "haha", "jaja", "jajaja", "wow", "damn", "crazy", "wild", "interesting", "interesante", "curioso", "loco", "locura", "omg",
 ];
 
+/// Verbs that ask for something to be done, as infinitives (how Spanish is typed into a
+/// search box: "apagar la máquina dentro de diez minutos") and as imperatives ("show the
+/// last commits", "borra los logs de ayer"). A message with one is a request, whatever
+/// words of time, leaving or thanks it also holds. Left out: verbs that also close a
+/// conversation or ask about the answers ("see you", "take care", "call it a day",
+/// "explain it again", "write it shorter"), and words as often news as requests ("all
+/// set", "build passes now", "fix worked", "lo voy a probar", "a ver", "para" = "for").
+#[rustfmt::skip]
+static TASK_INFINITIVES: WordSet = WordSet::new(&[
+    "apagar", "encender", "prender", "reiniciar", "mostrar", "listar", "copiar", "mover",
+    "renombrar", "borrar", "eliminar", "buscar", "encontrar", "crear", "instalar",
+    "desinstalar", "actualizar", "arrancar", "iniciar", "detener", "matar",
+    "ejecutar", "comprimir", "descomprimir", "extraer", "montar", "desmontar", "formatear",
+    "programar", "respaldar", "restaurar", "cambiar", "configurar", "activar", "desactivar",
+    "habilitar", "deshabilitar", "contar", "ordenar", "comparar", "descargar", "subir",
+    "abrir", "editar", "convertir", "generar", "arreglar", "limpiar", "vaciar", "fusionar",
+    "deshacer", "revertir", "vigilar", "medir", "comprobar", "verificar", "desplegar",
+    "compilar", "migrar", "conectar", "desconectar", "exportar", "importar",
+    "archivar", "sincronizar", "sustituir", "reemplazar", "imprimir", "anadir", "agregar",
+    "quitar", "guardar", "cifrar", "descifrar", "calcular", "liberar", "cancelar",
+    "enviar", "recuperar", "agendar", "automatizar", "ocultar", "filtrar", "redirigir",
+    "averiguar", "consultar", 
+]);
+
+/// Imperatives that ask for something to be done: a request when one opens the message
+/// (after any greeting, thanks or "please").
+#[rustfmt::skip]
+static TASK_IMPERATIVES: WordSet = WordSet::new(&[
+    "show", "list", "print", "display", "copy", "move", "rename", "delete", "remove", "erase",
+    "find", "search", "grep", "locate", "create", "add", "install", "uninstall", "update",
+    "upgrade", "restart", "reboot", "shutdown", "shut", "power", "start", "stop", "kill",
+    "run", "execute", "compress", "extract", "unzip", "zip", "mount", "unmount", "format",
+    "schedule", "backup", "restore", "change", "configure", "enable", "disable",
+    "count", "sort", "compare", "diff", "download", "upload", "open", "edit", "convert",
+    "generate", "clean", "merge", "commit", "push", "pull", "revert", "undo",
+    "monitor", "measure", "check", "deploy", "migrate", "connect",
+    "disconnect", "export", "import", "archive", "sync", "tail", "truncate", "split",
+    "replace", "ping", "resize", "encrypt", "decrypt", "verify", "validate", "free", "empty",
+    "cancel", "send", "recover", "automate", "hide", "filter", "redirect", "turn", "get",
+    "muestra", "muestrame", "listame", "copia", "mueve", "renombra", "borra",
+    "borrame", "elimina", "busca", "buscame", "encuentra", "crea", "creame", "instala",
+    "desinstala", "actualiza", "reinicia", "apaga", "enciende", "arranca", "deten", "mata",
+    "ejecuta", "comprime", "descomprime", "extrae", "monta", "desmonta", "formatea",
+    "respalda", "restaura", "cambia", "cambiame", "configura", "activa",
+    "desactiva", "habilita", "deshabilita", "ordena", "compara", "descarga", "sube",
+    "abre", "edita", "convierte", "genera", "generame", "arregla", "limpia", "vacia",
+    "fusiona", "deshaz", "revierte", "comprueba", "verifica", "despliega", "compila",
+    "migra", "conecta", "desconecta", "exporta", "importa", "archiva",
+    "sincroniza", "sustituye", "reemplaza", "imprime", "anade", "agrega", "quita", "cierra",
+    "guarda", "cifra", "descifra", "calcula", "libera", "cancela", "envia", "recupera",
+    "ensename", "ensena",
+]);
+
+/// Whether the message asks for something to be done: a task infinitive anywhere, or a
+/// task imperative as its first word past any greeting, thanks or "please".
+fn asks_for_a_task(words: &[String]) -> bool {
+    if words.iter().any(|w| TASK_INFINITIVES.contains(&w.as_str())) {
+        return true;
+    }
+    let first = words.iter().find(|w| {
+        !is_small_talk_word(w) && !matches!(w.as_str(), "porfa" | "please" | "pls" | "plz")
+    });
+    first.is_some_and(|w| TASK_IMPERATIVES.contains(&w.as_str()))
+}
+
 pub(super) fn thanks_or_goodbye(message: &str, words: &[String]) -> bool {
+    if asks_for_a_task(words) {
+        return false;
+    }
     const ASKING: &[&str] = &[
         "what", "whats", "how", "why", "where", "when", "which", "who", "can", "could", "does",
         "do", "is", "are", "que", "como", "por", "donde", "cuando", "cual", "cuanto", "quien",

@@ -254,3 +254,29 @@ fn ordinals_shorthand_and_questions_after_thanks() {
         assert!(small_talk(message).is_some(), "{message}");
     }
 }
+
+/// A request to do something is searched, whatever words of time, leaving or thanks it
+/// holds (issue 69: "apagar la máquina dentro de diez minutos" was taken for a goodbye);
+/// thanks and goodbyes that only mention time stay small talk.
+#[test]
+fn a_task_is_a_question_whatever_words_of_time_or_leaving_it_holds() {
+    for task in [
+        "apagar la máquina dentro de diez minutos",
+        "borrar los logs de ayer antes de irme",
+        "reiniciar el servidor esta noche, gracias",
+        "shut down the machine later tonight",
+        "thanks! show the last commits before I leave",
+        "porfa muestrame los procesos, hasta luego",
+    ] {
+        assert_eq!(small_talk(task), None, "{task}");
+    }
+    for talk in [
+        "gracias, hasta mañana",
+        "thanks, see you tomorrow",
+        "all set, thanks!",
+        "genial, lo voy a probar mañana, gracias",
+        "perfect, gonna call it a day, bye",
+    ] {
+        assert!(small_talk(talk).is_some(), "{talk}");
+    }
+}
