@@ -396,6 +396,46 @@ fn project() -> tempfile::TempDir {
     work
 }
 
+/// An agent (the program named by `var`) on the quick start, with a fresh home and a
+/// working folder holding a small program; `None` where either is not installed.
+struct Agent {
+    program: String,
+    _model: crate::real_model::ModelServer,
+    gw: Gateway,
+    home: tempfile::TempDir,
+    work: tempfile::TempDir,
+}
+
+impl Agent {
+    /// The agent's command (`claude` or `codex`) asking `prompt` of `brunix` in its folder.
+    fn asks(&self, cli: Cli, prompt: &str) -> tokio::process::Command {
+        let (home, work) = (self.home.path(), self.work.path());
+        cli(
+            &self.program,
+            home,
+            work,
+            &self.gw.url(""),
+            "brunix",
+            prompt,
+        )
+    }
+}
+
+/// `claude` or `codex`, configured as the README says.
+type Cli = fn(&str, &Path, &Path, &str, &str, &str) -> tokio::process::Command;
+
+async fn agent_on_the_quick_start(var: &str, what: &str) -> Option<Agent> {
+    let program = installed(var, what)?;
+    let (model, gw) = the_quick_start(what).await?;
+    Some(Agent {
+        program,
+        _model: model,
+        gw,
+        home: tempfile::tempdir().unwrap(),
+        work: project(),
+    })
+}
+
 /// Claude Code, configured as the README says, asked about a file of its working folder on
 /// the quick start (its window, its model, its settings), then asked again in the same
 /// session: both exit 0 with an answer. The 0.5B model seldom calls Read; the test is that
@@ -405,14 +445,11 @@ fn project() -> tempfile::TempDir {
 /// own error, which is the answer reaching it whole, token by token, to its limit.
 #[tokio::test]
 async fn claude_code_answers_about_a_file_on_the_quick_start() {
-    let Some(program) = installed("ASSIST_CLAUDE", "the Claude Code test") else {
+    let Some(agent) =
+        agent_on_the_quick_start("ASSIST_CLAUDE", "the Claude Code real-model test").await
+    else {
         return;
     };
-    let Some((_model, gw)) = the_quick_start("the Claude Code real-model test").await else {
-        return;
-    };
-    let home = tempfile::tempdir().unwrap();
-    let work = project();
     for (turn, prompt) in [
         "What does mean() in src/main.py return for an empty list?",
         "And for [2, 4]?",
@@ -420,14 +457,7 @@ async fn claude_code_answers_about_a_file_on_the_quick_start() {
     .into_iter()
     .enumerate()
     {
-        let mut command = claude(
-            &program,
-            home.path(),
-            work.path(),
-            &gw.url(""),
-            "brunix",
-            prompt,
-        );
+        let mut command = agent.asks(claude, prompt);
         if turn > 0 {
             command.arg("--continue");
         }
@@ -460,23 +490,12 @@ async fn claude_code_answers_about_a_file_on_the_quick_start() {
 /// warning about the model's metadata or window.
 #[tokio::test]
 async fn codex_answers_about_a_file_on_the_quick_start() {
-    let Some(program) = installed("ASSIST_CODEX", "the Codex CLI test") else {
+    let Some(agent) = agent_on_the_quick_start("ASSIST_CODEX", "the Codex real-model test").await
+    else {
         return;
     };
-    let Some((_model, gw)) = the_quick_start("the Codex real-model test").await else {
-        return;
-    };
-    let home = tempfile::tempdir().unwrap();
-    let work = project();
     let prompt = "What does mean() in src/main.py return for an empty list?";
-    let command = codex(
-        &program,
-        home.path(),
-        work.path(),
-        &gw.url(""),
-        "brunix",
-        prompt,
-    );
+    let command = agent.asks(codex, prompt);
     let started = std::time::Instant::now();
     let (ok, stdout, stderr) = run_within(command, "codex", 900).await;
     let secs = started.elapsed().as_secs();
