@@ -349,26 +349,34 @@ async fn the_turns_benchmark_holds_its_figures() {
     );
 }
 
-/// Task requests (`examples/eval/turns-tasks.jsonl`: 320, half English and half Spanish,
-/// written by an author who never saw the rules, over half with words of time, leaving
-/// or thanks: "apagar la máquina dentro de diez minutos") are searched, not taken for
-/// small talk. Held out: its first run with the task rule is the figure required (0.981;
-/// 0.928 before the rule); the rules were not tuned on it.
+/// Task requests, half English and half Spanish, each set written by an author who never
+/// saw the rules, over half with words of time, leaving or thanks ("apagar la máquina
+/// dentro de diez minutos"), are searched, not taken for small talk.
+/// `turns-tasks.jsonl` (320) and `turns-tasks-2.jsonl` (320) are training sets now (the
+/// rules were mended on their misses): every request is searched. `turns-tasks-3.jsonl`
+/// (300) is held out: its first run is the figure required (0.987).
 #[tokio::test]
 async fn task_requests_are_searched_whatever_words_of_time_they_hold() {
     use assist_gateway::eval::turns::{evaluate, load_dataset, summarize, table};
     let up = ScriptedUpstream::start().await;
     let (settings, _data) = test_settings(&up, Provider::Ollama, true, |_| {}).await;
     let parts = assist_gateway::app::pipeline(&settings, false).unwrap();
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/eval/turns-tasks.jsonl");
-    let turns = load_dataset(&path).unwrap();
-    assert_eq!(turns.len(), 320);
-    let outcomes = evaluate(&parts.pipeline, &parts.retriever, &turns)
-        .await
-        .unwrap();
-    let figures = summarize(&outcomes);
-    println!("{}", table(&figures, &outcomes));
-    let all = figures.iter().find(|f| f.group == "all").unwrap();
-    assert!(all.routing >= 0.98, "{all:?}");
+    for (set, size, least) in [
+        ("turns-tasks.jsonl", 320, 1.0),
+        ("turns-tasks-2.jsonl", 320, 1.0),
+        ("turns-tasks-3.jsonl", 300, 0.985),
+    ] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/eval")
+            .join(set);
+        let turns = load_dataset(&path).unwrap();
+        assert_eq!(turns.len(), size, "{set}");
+        let outcomes = evaluate(&parts.pipeline, &parts.retriever, &turns)
+            .await
+            .unwrap();
+        let figures = summarize(&outcomes);
+        println!("{set}\n{}", table(&figures, &outcomes));
+        let all = figures.iter().find(|f| f.group == "all").unwrap();
+        assert!(all.routing >= least, "{set}: {all:?}");
+    }
 }

@@ -260,20 +260,81 @@ static TASK_IMPERATIVES: WordSet = WordSet::new(&[
     "ensename", "ensena",
 ]);
 
-/// Whether the message asks for something to be done: a task infinitive anywhere, or a
-/// task imperative as its first word past any greeting, thanks or "please".
-fn asks_for_a_task(words: &[String]) -> bool {
+/// Whether the message asks for something to be done: a task infinitive anywhere, a task
+/// imperative with its object anywhere, or a clause that opens with an order (a task
+/// imperative, or any verb with its object) past any greeting, thanks or "please".
+fn asks_for_a_task(message: &str, words: &[String]) -> bool {
     if words.iter().any(|w| TASK_INFINITIVES.contains(&w.as_str())) {
         return true;
     }
-    let first = words.iter().find(|w| {
+    if words
+        .windows(2)
+        .any(|p| is_task_imperative(&p[0]) && OBJECT_OPENERS.contains(&p[1].as_str()))
+    {
+        // "en diez minutos apaga la máquina".
+        return true;
+    }
+    fold(message)
+        .split([',', ';', '.', '!', ':', '\n'])
+        .any(|clause| opens_with_an_order(&folded_words(clause)))
+}
+
+/// A task imperative, alone or with the pronouns Spanish writes onto it ("fusiónala",
+/// "elimínalos", "bórrame").
+fn is_task_imperative(word: &str) -> bool {
+    TASK_IMPERATIVES.contains(&word)
+        || ["las", "los", "les", "la", "lo", "le", "me", "nos"]
+            .iter()
+            .any(|clitic| {
+                word.strip_suffix(clitic)
+                    .is_some_and(|verb| verb.len() >= 4 && TASK_IMPERATIVES.contains(&verb))
+            })
+}
+
+/// Words that open what a verb acts on. A clause that opens with a verb no list knows and
+/// one of these is an order or a search-box task: "stash my changes", "reattach to my tmux
+/// session", "ver las tareas programadas", "volver a mi sesión", "cerrar todos los
+/// programas".
+#[rustfmt::skip]
+static OBJECT_OPENERS: WordSet = WordSet::new(&[
+    "my", "the", "all", "this", "these", "those", "every", "to", "our", "any", "some",
+    "la", "el", "los", "las", "mi", "mis", "tu", "tus", "todos", "todas", "todo", "un",
+    "una", "unos", "unas", "a", "al", "este", "esta", "estos", "estas", "ese", "esa", "esos",
+    "esas", "cada", "nuestro", "nuestra", "everything", "anything",
+]);
+
+/// Verbs that open a clause of leaving, resting or wishing well, objects and all ("enjoy
+/// the weekend", "off to bed", "me voy a dormir", "disfruta el finde"): never an order.
+#[rustfmt::skip]
+static CLOSING_VERBS: WordSet = WordSet::new(&[
+    "enjoy", "off", "back", "heading", "going", "headed", "wish", "sleep", "rest", "relax",
+    "talk", "speak", "chat", "hope", "hit", "signing", "calling", "leaving", "go", "gotta",
+    "voy", "vamos", "me", "nos", "ire", "disfruta", "disfrutad", "disfruten", "descansa",
+    "descansar", "dormir", "irme", "ir", "hablamos", "seguimos", "sigo", "vuelvo", "espero",
+    "ojala", "feliz", "felices", "saludos", "recuerdos", "un", "una", "to",
+]);
+
+/// Whether a clause's first word past greetings, thanks and "please" is a verb with its
+/// object: an unknown word followed by an article, possessive or "to"/"a" ("stash my
+/// changes", "volver a mi sesión"), never a word of leaving or wishing well.
+fn opens_with_an_order(words: &[String]) -> bool {
+    let at = words.iter().position(|w| {
         !is_small_talk_word(w) && !matches!(w.as_str(), "porfa" | "please" | "pls" | "plz")
     });
-    first.is_some_and(|w| TASK_IMPERATIVES.contains(&w.as_str()))
+    let Some(at) = at else { return false };
+    let (verb, next) = (&words[at], words.get(at + 1));
+    if is_task_imperative(verb) {
+        return true;
+    }
+    !CLOSING_VERBS.contains(&verb.as_str())
+        && !ANCHORS.contains(&verb.as_str())
+        && !OBJECT_OPENERS.contains(&verb.as_str())
+        && verb.chars().all(|c| c.is_alphabetic())
+        && next.is_some_and(|n| OBJECT_OPENERS.contains(&n.as_str()))
 }
 
 pub(super) fn thanks_or_goodbye(message: &str, words: &[String]) -> bool {
-    if asks_for_a_task(words) {
+    if asks_for_a_task(message, words) {
         return false;
     }
     const ASKING: &[&str] = &[
