@@ -179,6 +179,7 @@ mod tests {
             section: "A & B".into(),
             language: "en".into(),
             text: "<script>alert('x')</script> \"q\"".into(),
+            defines: Vec::new(),
         };
         let html = page(&chunk);
         assert!(!html.contains("<script>"), "{html}");

@@ -271,6 +271,7 @@ fn markdown(path: &str, text: &str, cfg: &ChunkConfig) -> Vec<KnowledgeChunk> {
                     _ => lang.to_string(),
                 },
                 text: body,
+                defines: Vec::new(),
             });
         }
     }
@@ -341,6 +342,7 @@ fn prose_windows(path: &str, text: &str, cfg: &ChunkConfig) -> Vec<KnowledgeChun
             section: String::new(),
             language: lang.to_string(),
             text: lines[s..e].join("\n"),
+            defines: Vec::new(),
         })
         .filter(|c| !c.text.trim().is_empty())
         .collect()
@@ -399,8 +401,18 @@ struct CodeUnit {
 
 fn code(path: &str, text: &str, lang: &str, cfg: &ChunkConfig) -> Vec<KnowledgeChunk> {
     let lines: Vec<&str> = text.lines().collect();
-    let units = grammar(lang)
-        .and_then(|g| top_level_units(text, g, lines.len()))
+    let tree = grammar(lang).and_then(|g| {
+        let mut parser = tree_sitter::Parser::new();
+        parser.set_language(&g).ok()?;
+        parser.parse(text, None)
+    });
+    let definitions = tree
+        .as_ref()
+        .map(|t| super::definitions::in_tree(t, text, lang))
+        .unwrap_or_default();
+    let units = tree
+        .as_ref()
+        .map(|t| top_level_units(t, lines.len()))
         .unwrap_or_else(|| {
             vec![CodeUnit {
                 start: 0,
@@ -440,6 +452,7 @@ fn code(path: &str, text: &str, lang: &str, cfg: &ChunkConfig) -> Vec<KnowledgeC
                 section: title.trim_end_matches('{').trim().to_string(),
                 language: lang.to_string(),
                 text: body,
+                defines: super::definitions::between(&definitions, s, e),
             });
         }
     }
@@ -454,14 +467,7 @@ fn is_comment_line(l: &str) -> bool {
 }
 
 /// Top-level definitions with the glue above them; runs of glue alone are grouped.
-fn top_level_units(
-    text: &str,
-    grammar: tree_sitter::Language,
-    n_lines: usize,
-) -> Option<Vec<CodeUnit>> {
-    let mut parser = tree_sitter::Parser::new();
-    parser.set_language(&grammar).ok()?;
-    let tree = parser.parse(text, None)?;
+fn top_level_units(tree: &tree_sitter::Tree, n_lines: usize) -> Vec<CodeUnit> {
     let root = tree.root_node();
     let mut cursor = root.walk();
     let mut units: Vec<CodeUnit> = Vec::new();
@@ -538,7 +544,7 @@ fn top_level_units(
         }
         merged.push(u);
     }
-    Some(merged)
+    merged
 }
 
 #[cfg(test)]
@@ -641,6 +647,10 @@ mod tests {
         let kinds: Vec<&str> = chunks.iter().map(|c| c.block_type.as_str()).collect();
         assert_eq!(kinds, ["imports", "function", "class"]);
         assert!(chunks[1].text.starts_with("@cache"));
+        // Each chunk names what it defines, methods in their class's chunk.
+        assert_eq!(chunks[1].defines, ["get_user"]);
+        assert_eq!(chunks[2].defines, ["Client", "call"]);
+        assert!(chunks[0].defines.is_empty());
 
         let ts = "export function getUserName(u: User): string {\n  return u.name;\n}\n\nexport class Cart {\n  total(): number { return 0; }\n}\n";
         let chunks = chunk_file("web/user.ts", ts, &ChunkConfig::default());

@@ -7,6 +7,7 @@
 //! run leaves a usable index and the next run picks up where it stopped.
 
 pub mod chunk;
+pub mod definitions;
 pub mod git;
 pub mod handoff;
 pub mod layout;

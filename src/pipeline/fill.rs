@@ -427,18 +427,41 @@ fn defanged(text: &str) -> String {
 }
 
 /// The search for repository context: the identifiers nearest the cursor (the prefix's
-/// last lines and the suffix's first).
+/// last lines and the suffix's first), nearest first: the cursor's own line right to left,
+/// the suffix's first line, then the lines above, each right to left.
 pub fn query(prefix: &str, suffix: &str) -> String {
     let before: Vec<&str> = prefix.lines().rev().take(4).collect();
     let after = suffix.lines().next().unwrap_or_default();
     let mut words: Vec<&str> = Vec::new();
     // Repeats found in a set (a scan of the words so far made a long line quadratic).
     let mut seen: HashSet<&str> = HashSet::new();
-    for text in before.iter().rev().copied().chain([after]) {
-        for w in text.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
-            if w.len() >= 3 && !w.chars().all(|c| c.is_ascii_digit()) && seen.insert(w) {
+    let mut lines: Vec<(&str, bool)> = before.iter().map(|l| (*l, true)).collect();
+    lines.insert(lines.len().min(1), (after, false));
+    for (text, backwards) in lines {
+        let from = words.len();
+        let mut rest = text;
+        while !rest.is_empty() {
+            let start = rest
+                .find(|c: char| c.is_alphanumeric() || c == '_')
+                .unwrap_or(rest.len());
+            rest = &rest[start..];
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            // A called name keeps its parenthesis: the search finds its definition.
+            let w = if rest[end..].starts_with('(') {
+                &rest[..end + 1]
+            } else {
+                &rest[..end]
+            };
+            rest = &rest[end..];
+            let name = w.trim_end_matches('(');
+            if name.len() >= 3 && !name.chars().all(|c| c.is_ascii_digit()) && seen.insert(w) {
                 words.push(w);
             }
+        }
+        if backwards {
+            words[from..].reverse();
         }
     }
     words.join(" ")
@@ -697,5 +720,9 @@ mod tests {
             q.contains("read_config") && q.contains("load") && q.contains("path"),
             "{q}"
         );
+        // Called names keep their parenthesis, so their definitions are looked up; the
+        // call at the cursor comes first.
+        assert!(q.starts_with("read_config( data"), "{q}");
+        assert!(q.contains("load(") && !q.contains("path("), "{q}");
     }
 }

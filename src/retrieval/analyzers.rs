@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use anyhow::anyhow;
 use tantivy::tokenizer::{
     AsciiFoldingFilter, Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer,
-    StopWordFilter, TextAnalyzer, TokenizerManager,
+    StopWordFilter, TextAnalyzer, TokenizerManager, WhitespaceTokenizer,
 };
 
 use super::{KnowledgeChunk, Lang};
@@ -26,16 +26,20 @@ pub enum Field {
     Body(Lang),
     /// Heading and text with identifiers split, read by the code analyzer.
     Code,
+    /// The names the chunk's code defines, whole (`retry_with_backoff`, and
+    /// `retrywithbackoff` for a name spelled out in words).
+    Defines,
 }
 
 impl Field {
     /// Every field a chunk is indexed in.
-    pub const ALL: [Field; 5] = [
+    pub const ALL: [Field; 6] = [
         Field::Section(Lang::En),
         Field::Section(Lang::Es),
         Field::Body(Lang::En),
         Field::Body(Lang::Es),
         Field::Code,
+        Field::Defines,
     ];
 
     /// The field's name in an index (tantivy's schema; the prefix of its terms in Qdrant).
@@ -46,6 +50,7 @@ impl Field {
             Field::Body(Lang::En) => "body_en",
             Field::Body(Lang::Es) => "body_es",
             Field::Code => "code",
+            Field::Defines => "defines",
         }
     }
 
@@ -55,6 +60,7 @@ impl Field {
             Field::Section(Lang::En) | Field::Body(Lang::En) => EN,
             Field::Section(Lang::Es) | Field::Body(Lang::Es) => ES,
             Field::Code => CODE,
+            Field::Defines => DEFINES,
         }
     }
 
@@ -64,6 +70,16 @@ impl Field {
             Field::Section(_) => chunk.section.clone(),
             Field::Body(_) => chunk.text.clone(),
             Field::Code => split_identifiers(&format!("{} {}", chunk.section, chunk.text)),
+            Field::Defines => chunk
+                .defines
+                .iter()
+                .flat_map(|name| {
+                    let joined = name.replace('_', "");
+                    let spelled = (joined != *name && !joined.is_empty()).then_some(joined);
+                    std::iter::once(name.clone()).chain(spelled)
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
         }
     }
 }
@@ -74,10 +90,16 @@ const SECTION_BOOST: f32 = 1.5;
 const CODE_BOOST: f32 = 0.8;
 /// A whole identifier spelled out in the query ("get user name" → getUserName).
 const IDENTIFIER_BOOST: f32 = 2.0;
+/// A name the query writes as code (`retry_with_backoff`, `mean(`) that a chunk defines.
+const DEFINES_BOOST: f32 = 2.0;
+/// Words written apart that spell a name a chunk defines ("retry with backoff").
+const SPELLED_DEFINES_BOOST: f32 = 1.0;
 
 const EN: &str = "assist_en";
 const ES: &str = "assist_es";
 const CODE: &str = "assist_code";
+/// Names kept whole, lowercased: `retry_with_backoff` is one term.
+const DEFINES: &str = "assist_defines";
 /// The code field's analyzer for a Spanish query: the same tokens less Spanish function
 /// words. "de", "la", "que" name nothing in code but sit in every Spanish chunk's code
 /// field, where a question's many function words outweighed its real terms. English
@@ -130,7 +152,12 @@ impl Analyzers {
             .filter(stop(Language::Spanish)?)
             .filter(AsciiFoldingFilter)
             .build();
+        let defines = TextAnalyzer::builder(WhitespaceTokenizer::default())
+            .filter(RemoveLongFilter::limit(100))
+            .filter(LowerCaser)
+            .build();
         let manager = TokenizerManager::default();
+        manager.register(DEFINES, defines);
         manager.register(EN, english);
         manager.register(ES, spanish);
         manager.register(CODE, code);
@@ -140,7 +167,7 @@ impl Analyzers {
 
     /// Registers every analyzer with a tantivy index.
     pub fn register(&self, index: &tantivy::Index) -> anyhow::Result<()> {
-        for name in [EN, ES, CODE, CODE_QUERY_ES] {
+        for name in [EN, ES, CODE, CODE_QUERY_ES, DEFINES] {
             index.tokenizers().register(name, self.get(name)?);
         }
         Ok(())
@@ -211,8 +238,23 @@ impl Analyzers {
             if joined_seen.insert(joined.clone()) {
                 out.push(QueryTerm {
                     field: Field::Code,
-                    term: joined,
+                    term: joined.clone(),
                     boost: IDENTIFIER_BOOST,
+                });
+                out.push(QueryTerm {
+                    field: Field::Defines,
+                    term: joined,
+                    boost: SPELLED_DEFINES_BOOST,
+                });
+            }
+        }
+        // Names written as code find the chunk that defines them.
+        for name in named_identifiers(query) {
+            if !joined_seen.contains(&name) {
+                out.push(QueryTerm {
+                    field: Field::Defines,
+                    term: name,
+                    boost: DEFINES_BOOST,
                 });
             }
         }
@@ -237,6 +279,46 @@ fn joined_words(query: &str) -> Vec<String> {
                 out.push(joined);
             }
         }
+    }
+    out
+}
+
+/// The names a text writes as code, lowercased, each once: words with an underscore or a
+/// capital past their first letter (`retry_with_backoff`, `BrisaClient`), a word right
+/// before `(` (`mean(`), and words between backticks.
+pub fn named_identifiers(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut quoted = false;
+    let mut word_start = None;
+    let bytes = text.as_bytes();
+    let mut push = |word: &str, quoted: bool, called: bool| {
+        let shaped = word.trim_matches('_').contains('_')
+            || word.chars().skip(1).any(char::is_uppercase)
+            || word.starts_with('_') && word.len() > 2;
+        let plain = word.chars().count() >= 2 && word.chars().any(char::is_alphabetic);
+        if plain && (shaped || quoted || called) && word.len() <= 100 {
+            let name = word.to_lowercase();
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    };
+    for (i, c) in text.char_indices() {
+        let inside = c.is_alphanumeric() || c == '_';
+        match (inside, word_start) {
+            (true, None) => word_start = Some(i),
+            (false, Some(start)) => {
+                push(&text[start..i], quoted, bytes[i] == b'(');
+                word_start = None;
+            }
+            _ => {}
+        }
+        if c == '`' {
+            quoted = !quoted;
+        }
+    }
+    if let Some(start) = word_start {
+        push(&text[start..], quoted, false);
     }
     out
 }
@@ -321,7 +403,13 @@ mod tests {
         let fields: HashSet<Field> = terms.iter().map(|t| t.field).collect();
         assert_eq!(
             fields,
-            HashSet::from([Field::Body(Lang::Es), Field::Section(Lang::Es), Field::Code])
+            HashSet::from([
+                Field::Body(Lang::Es),
+                Field::Section(Lang::Es),
+                Field::Code,
+                // Words run together, as a name spelled out would be defined.
+                Field::Defines,
+            ])
         );
         // Spanish function words are not looked for in code.
         assert!(!terms
@@ -334,5 +422,34 @@ mod tests {
         assert!(glued
             .iter()
             .any(|t| t.term == "getusername" && t.boost == IDENTIFIER_BOOST));
+    }
+
+    #[test]
+    fn names_written_as_code_are_looked_up_among_definitions() {
+        assert_eq!(
+            named_identifiers(
+                "what does `retry` return, and retry_with_backoff? BrisaClient or mean(x)"
+            ),
+            ["retry", "retry_with_backoff", "brisaclient", "mean"]
+        );
+        // Plain words, a sentence's capital and lone letters name nothing.
+        assert!(named_identifiers("How do I list the files in a folder? (x)").is_empty());
+        let a = Analyzers::new().unwrap();
+        let terms = a
+            .query_terms("what does retry_with_backoff return?", Lang::En)
+            .unwrap();
+        assert!(terms.iter().any(|t| t.field == Field::Defines
+            && t.term == "retry_with_backoff"
+            && t.boost == DEFINES_BOOST));
+        // A chunk's names are indexed whole, and run together for a name spelled out.
+        let mut chunk = KnowledgeChunk::sample("c", "client.py");
+        chunk.defines = vec!["retry_with_backoff".into(), "Client".into()];
+        let indexed = a
+            .tokens(Field::Defines.analyzer(), &Field::Defines.text(&chunk))
+            .unwrap();
+        assert_eq!(
+            indexed,
+            ["retry_with_backoff", "retrywithbackoff", "client"]
+        );
     }
 }

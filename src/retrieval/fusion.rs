@@ -3,6 +3,9 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::sync::Arc;
+
+use super::KnowledgeChunk;
 
 /// A map keyed by ids for the length of one search: hashed with foldhash, not SipHash
 /// (no caller chooses these keys to collide, and SipHash of every id was most of what
@@ -12,6 +15,33 @@ pub(crate) type IdMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 /// An empty [`IdMap`] with room for `n` keys.
 pub(crate) fn id_map<K, V>(n: usize) -> IdMap<K, V> {
     HashMap::with_capacity_and_hasher(n, foldhash::fast::RandomState::default())
+}
+
+/// Moves the chunks that define a name the query writes as code (`named`, lowercased,
+/// most wanted first) to the front, the rest after in their order: "what does
+/// `retry_with_backoff` return?" is answered by its definition, however many chunks call
+/// it. Among them, the definition of the name named first comes first (a completion names
+/// the call at its cursor first), then by rank. Their scores are raised above the best so
+/// that anything ordering by score keeps them first.
+pub fn definitions_first(ranked: &mut [(&Arc<KnowledgeChunk>, f32)], named: &[String]) {
+    if named.is_empty() {
+        return;
+    }
+    let wanted = |chunk: &KnowledgeChunk| {
+        named
+            .iter()
+            .position(|n| chunk.defines.iter().any(|d| d.eq_ignore_ascii_case(n)))
+            .unwrap_or(usize::MAX)
+    };
+    let best = ranked.first().map_or(0.0, |r| r.1);
+    for entry in ranked
+        .iter_mut()
+        .filter(|(chunk, _)| wanted(chunk) != usize::MAX)
+    {
+        entry.1 += best;
+    }
+    // Stable: the same want keeps the rank order.
+    ranked.sort_by_key(|(chunk, _)| wanted(chunk));
 }
 
 /// One ranked list and how much it counts.

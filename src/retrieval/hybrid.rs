@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 
-use super::fusion::{id_map, rrf, IdMap, Ranked};
+use super::fusion::{definitions_first, id_map, rrf, IdMap, Ranked};
 use super::indexes::Indexes;
 use super::{DocType, Hit, KnowledgeChunk, Lang, Languages, LexicalIndex, VectorStore};
 use crate::config::RetrievalSettings;
@@ -539,6 +539,7 @@ impl Retriever {
             })
             .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+        definitions_first(&mut ranked, &super::analyzers::named_identifiers(query));
         // The same text under two ids once. Compared by length first: hashing every
         // candidate's whole text cost more than the rest of the fusion.
         let mut kept: Vec<&str> = Vec::with_capacity(ranked.len());

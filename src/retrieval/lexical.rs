@@ -32,18 +32,41 @@ struct Fields {
     chunk_id: Field,
     source_file: Field,
     doc_type: Field,
-    /// One per `analyzers::Field`, in the order of `analyzers::Field::ALL`.
-    text: [Field; 5],
+    /// One per `analyzers::Field`, in the order of `analyzers::Field::ALL`; `None` for a
+    /// field the index was made without (`defines`, in an index older than it: its
+    /// queries skip the field until `ingest --rebuild`).
+    text: [Option<Field>; 6],
     payload: Field,
 }
 
 impl Fields {
-    fn text(&self, field: analyzers::Field) -> Field {
-        let at = analyzers::Field::ALL
-            .iter()
-            .position(|f| *f == field)
-            .unwrap_or_default();
+    fn text(&self, field: analyzers::Field) -> Option<Field> {
+        let at = analyzers::Field::ALL.iter().position(|f| *f == field)?;
         self.text[at]
+    }
+
+    /// The fields of `schema`, by name.
+    fn of(schema: &Schema) -> anyhow::Result<Self> {
+        let named = |name: &str| {
+            schema.get_field(name).map_err(|_| {
+                anyhow!("the lexical index has no field {name}: re-ingest with --rebuild")
+            })
+        };
+        let text = analyzers::Field::ALL.map(|f| schema.get_field(f.name()).ok());
+        if let Some(missing) = analyzers::Field::ALL
+            .iter()
+            .zip(&text)
+            .find(|(f, found)| found.is_none() && **f != analyzers::Field::Defines)
+        {
+            named(missing.0.name())?;
+        }
+        Ok(Self {
+            chunk_id: named("chunk_id")?,
+            source_file: named("source_file")?,
+            doc_type: named("doc_type")?,
+            text,
+            payload: named("payload")?,
+        })
     }
 }
 
@@ -75,7 +98,7 @@ type WriterSlot = Option<IndexWriter<TantivyDocument>>;
 /// Most chunks kept decoded; past it the cache starts over.
 const CACHED_CHUNKS: usize = 4096;
 
-fn schema() -> (Schema, Fields) {
+fn schema() -> Schema {
     let text = |tokenizer: &str| {
         TextOptions::default().set_indexing_options(
             TextFieldIndexing::default()
@@ -84,19 +107,22 @@ fn schema() -> (Schema, Fields) {
         )
     };
     let mut b = Schema::builder();
-    // The order of the fields is the index's schema on disk: keep it.
-    let chunk_id = b.add_text_field("chunk_id", STRING | STORED);
-    let source_file = b.add_text_field("source_file", STRING | STORED);
-    let doc_type = b.add_text_field("doc_type", STRING | STORED);
-    let text = analyzers::Field::ALL.map(|f| b.add_text_field(f.name(), text(f.analyzer())));
-    let fields = Fields {
-        chunk_id,
-        source_file,
-        doc_type,
-        text,
-        payload: b.add_text_field("payload", STORED),
-    };
-    (b.build(), fields)
+    // Fields are found by name; new ones go last, so an older index's fields keep their
+    // places.
+    b.add_text_field("chunk_id", STRING | STORED);
+    b.add_text_field("source_file", STRING | STORED);
+    b.add_text_field("doc_type", STRING | STORED);
+    let (older, newer): (Vec<_>, Vec<_>) = analyzers::Field::ALL
+        .into_iter()
+        .partition(|f| *f != analyzers::Field::Defines);
+    for f in older {
+        b.add_text_field(f.name(), text(f.analyzer()));
+    }
+    b.add_text_field("payload", STORED);
+    for f in newer {
+        b.add_text_field(f.name(), text(f.analyzer()));
+    }
+    b.build()
 }
 
 impl TantivyIndex {
@@ -118,21 +144,29 @@ impl TantivyIndex {
             .with_context(|| format!("cannot create the lexical index folder {}", dir.display()))?;
         let directory = MmapDirectory::open(dir)
             .with_context(|| format!("cannot open the lexical index in {}", dir.display()))?;
-        let (schema, _) = schema();
-        Index::open_or_create(directory, schema)
-            .with_context(|| format!("the lexical index in {} is unusable", dir.display()))
+        // An index made before a field was added opens with the fields it has.
+        let index = if Index::exists(&directory)? {
+            Index::open(directory)
+        } else {
+            Index::create(directory, schema(), tantivy::IndexSettings::default())
+        };
+        index.with_context(|| format!("the lexical index in {} is unusable", dir.display()))
     }
 
     /// An index that lives in memory only (tests, tools).
     pub fn in_memory() -> anyhow::Result<Self> {
-        let (schema, _) = schema();
-        Self::with_index(Index::create_in_ram(schema), true)
+        Self::with_index(Index::create_in_ram(schema()), true)
     }
 
     fn with_index(index: Index, writable: bool) -> anyhow::Result<Self> {
         let analyzers = Analyzers::new()?;
         analyzers.register(&index)?;
-        let (_, fields) = schema();
+        let fields = Fields::of(&index.schema())?;
+        if fields.text(analyzers::Field::Defines).is_none() {
+            tracing::info!(
+                "the lexical index predates definitions by name: `ingest --rebuild` adds them"
+            );
+        }
         let writer = if writable {
             Some(Mutex::new(Some(index.writer(WRITER_BUDGET)?)))
         } else {
@@ -161,7 +195,9 @@ impl TantivyIndex {
         doc.add_text(f.source_file, &chunk.source_file);
         doc.add_text(f.doc_type, chunk.doc_type.as_str());
         for field in analyzers::Field::ALL {
-            doc.add_text(f.text(field), field.text(chunk));
+            if let Some(at) = f.text(field) {
+                doc.add_text(at, field.text(chunk));
+            }
         }
         doc.add_text(f.payload, serde_json::to_string(chunk)?);
         Ok(doc)
@@ -289,7 +325,10 @@ impl LexicalIndex for TantivyIndex {
             found: HashMap::default(),
         };
         for wanted in self.analyzers.query_terms(query, lang)? {
-            let term = Term::from_field_text(self.fields.text(wanted.field), &wanted.term);
+            let Some(field) = self.fields.text(wanted.field) else {
+                continue;
+            };
+            let term = Term::from_field_text(field, &wanted.term);
             // Terms no chunk has are left out: each clause costs a weight and a scorer
             // per segment, found or not.
             let frequency = searcher.doc_freq(&term)?;
@@ -391,6 +430,7 @@ mod tests {
             section: section.into(),
             language: "en".into(),
             text: text.into(),
+            defines: Vec::new(),
         }
     }
 

@@ -60,6 +60,11 @@ pub struct KnowledgeChunk {
     /// Natural language (`en`, `es`) for prose, the programming language for code.
     pub language: String,
     pub text: String,
+    /// The names this chunk's code defines (functions, methods, classes, types,
+    /// constants), found by the grammar's tags query; empty for prose. A question or a
+    /// completion that names one finds its definition first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub defines: Vec<String>,
 }
 
 #[cfg(test)]
@@ -76,6 +81,7 @@ impl KnowledgeChunk {
             section: String::new(),
             language: "en".into(),
             text: id.into(),
+            defines: Vec::new(),
         }
     }
 }

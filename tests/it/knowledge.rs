@@ -30,6 +30,7 @@ fn chunk(id: &str, file: &str, doc_type: DocType, text: &str) -> KnowledgeChunk 
         section: String::new(),
         language: "en".into(),
         text: text.into(),
+        defines: Vec::new(),
     }
 }
 

@@ -23,6 +23,7 @@ mod classifier;
 mod completion;
 mod context_items;
 mod continue_cli;
+mod definitions;
 mod docs;
 mod embedder_name;
 mod embedding_endpoints;
