@@ -177,6 +177,7 @@ async fn bench() {
                 // A quarter in the second language (for the split dense list).
                 language: if i % 4 == 1 { "es" } else { "en" }.into(),
                 text: rng.words(120),
+                defines: Vec::new(),
             })
             .collect();
         let mut files: Vec<(String, Vec<KnowledgeChunk>)> = Vec::new();
@@ -302,6 +303,7 @@ async fn long_questions(settings: &Settings) {
                     section: rng.words(3),
                     language: "en".into(),
                     text: rng.words(120),
+                    defines: Vec::new(),
                 })
                 .collect();
             (name, chunks)
