@@ -1,10 +1,24 @@
-//! JSON strings written straight into a buffer, the same bytes `serde_json` writes, eight
-//! bytes at a time where nothing needs escaping.
+//! JSON helpers: a value's kind for log lines, and JSON strings written straight into a
+//! buffer, the same bytes `serde_json` writes, eight bytes at a time where nothing needs
+//! escaping.
 //!
 //! `serde_json` looks every byte of a string up in its escape table; the prompt the
 //! gateway sends upstream (instructions, retrieved chunks, the conversation) is kilobytes
 //! of text with few bytes to escape, and escaping it was about a twentieth of a `brunix`
 //! answer's instructions (`benches/trace_cost.rs`'s untraced rows).
+
+/// A JSON value's kind as a log line names it (never its content).
+pub fn kind(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
 
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGH: u64 = 0x8080_8080_8080_8080;

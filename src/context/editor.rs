@@ -120,7 +120,7 @@ impl EditorContext {
             }
             Some(other) => {
                 tracing::warn!(
-                    kind = json_kind(other),
+                    kind = crate::json::kind(other),
                     "the user field is neither a string nor an object: ignored"
                 );
                 return ctx;
@@ -148,7 +148,7 @@ impl EditorContext {
             },
             Some(other) => {
                 tracing::warn!(
-                    kind = json_kind(other),
+                    kind = crate::json::kind(other),
                     "user_info is not an object: ignored"
                 );
                 None
@@ -269,17 +269,6 @@ fn problem_after(message: &str, from: usize, text_end: usize) -> Option<&str> {
     is_problem.then_some(line)
 }
 
-pub(crate) fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
 /// A base64 field as UTF-8 text; empty (with a warning) when it cannot be read.
 fn decoded(object: &serde_json::Map<String, Value>, field: &str) -> String {
     let raw = match object.get(field) {
@@ -288,7 +277,7 @@ fn decoded(object: &serde_json::Map<String, Value>, field: &str) -> String {
         Some(other) => {
             tracing::warn!(
                 field,
-                kind = json_kind(other),
+                kind = crate::json::kind(other),
                 "editor field is not a string: ignored"
             );
             return String::new();

@@ -167,7 +167,7 @@ pub fn read(items: &Value) -> Read {
     let mut out = Read::default();
     let Some(list) = items.as_array() else {
         tracing::warn!(
-            kind = super::editor::json_kind(items),
+            kind = crate::json::kind(items),
             "additional_context is not a list: ignored"
         );
         return out;
