@@ -165,6 +165,26 @@ const FOR_CODE_AT_HAND: &[&str] = &[
     "docs", "documentacion", "comments", "comentarios", "types", "tipos", "typings",
 ];
 
+/// Phrases that ask about something in general, not as the code at hand uses it (folded).
+const ASKS_IN_GENERAL: &[&str] = &[
+    "in general",
+    "generally speaking",
+    "in theory",
+    "conceptually",
+    "as a concept",
+    "in the abstract",
+    "outside this code",
+    "not this code",
+    "not just this code",
+    "en general",
+    "en teoria",
+    "conceptualmente",
+    "como concepto",
+    "en abstracto",
+    "fuera de este codigo",
+    "no este codigo",
+];
+
 /// Whether the message refers to the code in the editor, and by which rule. Needs code to
 /// refer to (selection, open file, attached items, or code-like extra context).
 pub fn editor_reference(message: &str, editor: &EditorContext) -> Why {
@@ -186,6 +206,10 @@ pub fn editor_reference(message: &str, editor: &EditorContext) -> Why {
     let pointed = points_at_code(&words, &folded, &text);
     if let Some(rule) = pointed.filter(|r| *r != "code-by-kind") {
         return yes(rule);
+    }
+    // "how does useEffect work in general?": a name the code holds, asked of in general.
+    if ASKS_IN_GENERAL.iter().any(|p| text.contains(p)) {
+        return no("asks-in-general");
     }
     let code = editor_code(editor);
     if names_an_identifier(message, &code) {

@@ -75,9 +75,19 @@ fn general_questions_with_a_selection_are_their_own() {
         "¿Cómo cancelo una tarea si tarda demasiado?",
         "write a function that parses ISO dates",
         "is it possible to run brisa on windows?",
+        // A name the selection holds, asked of in general (issue 70).
+        "how does registerEndpoint work in general?",
+        "¿cómo funciona addParam en general?",
     ] {
         let why = editor_reference(message, &selected(CODE));
         assert!(!why.yes, "{message}: {why:?}");
+    }
+    // The same names, asked of here, are the selection's.
+    for message in [
+        "what does registerEndpoint do here?",
+        "¿por qué falla addParam?",
+    ] {
+        assert!(editor_reference(message, &selected(CODE)).yes, "{message}");
     }
 }
 
