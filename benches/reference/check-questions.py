@@ -4,7 +4,7 @@
 Usage: check-questions.py CORPUS QUESTIONS.jsonl
 
 Checks, for every line:
-- valid JSON object with exactly the fields query, relevant, lang, kind, evidence;
+- valid JSON object with exactly the fields query, relevant, lang, kind, group, evidence;
 - lang in {en, es}, kind in {same, cross, code}, non-empty query, non-empty list of
   unique relative paths in `relevant`, each of the form {man,api}/{en,es}/manN/PAGE.N.md;
 - every relevant file exists under CORPUS;
@@ -26,7 +26,7 @@ import os
 import re
 import sys
 
-FIELDS = {"query", "relevant", "lang", "kind", "evidence"}
+FIELDS = {"query", "relevant", "lang", "kind", "group", "evidence"}
 LANGS = ("en", "es")
 KINDS = ("same", "cross", "code")
 PATH_RE = re.compile(r"^(man|api)/(en|es)/man([1-8])/[^/]+\.([1-8])\.md$")
@@ -152,6 +152,8 @@ def main():
                 if not r.startswith("api/"):
                     fail(f"code question with a non-api relevant file: {r}")
         groups = sorted({group_of(r) for r in rel})
+        if q["group"] != "+".join(groups):
+            fail(f"group {q['group']!r} is not its files' group {'+'.join(groups)!r}")
         counts[(lang, kind, "+".join(groups))] += 1
         for r in rel:
             by_file[r] += 1

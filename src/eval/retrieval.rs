@@ -22,6 +22,23 @@ pub struct Case {
     pub lang: Option<String>,
     #[serde(default)]
     pub kind: Option<String>,
+    /// The part of the corpus the question is about (`commands`, `config`, `api`, …).
+    #[serde(default)]
+    pub group: Option<String>,
+}
+
+impl Case {
+    /// The facets the case names, as (name, value): its language, kind and group.
+    fn facets(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("lang", &self.lang),
+            ("kind", &self.kind),
+            ("group", &self.group),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some((name, value.as_deref()?)))
+        .collect()
+    }
 }
 
 pub fn load_dataset(path: &Path) -> anyhow::Result<Vec<Case>> {
@@ -46,7 +63,8 @@ pub fn load_dataset(path: &Path) -> anyhow::Result<Vec<Case>> {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Scores {
     pub mode: String,
-    /// `all`, `lang=<code>` or `kind=<kind>`.
+    /// `all`, `lang=<code>`, `kind=<kind>`, `group=<group>`, or a language crossed with one
+    /// of the others (`lang=es,kind=cross`).
     pub group: String,
     pub queries: usize,
     pub recall_at_k: f64,
@@ -100,30 +118,46 @@ pub fn query_metrics(results: &[Scored], relevant: &[String], k: usize) -> (f64,
     (recall, rr, dcg / ideal)
 }
 
-/// Runs every case through each mode: the scores of all cases, then of each language and
-/// each kind the cases name (in order of first appearance).
+/// Runs every case through each mode: the scores of all cases, then of each language,
+/// kind and group the cases name (in order of first appearance), then of each language
+/// crossed with each kind and each group.
 pub async fn evaluate(
     retriever: &Retriever,
     cases: &[Case],
     k: usize,
     modes: &[Mode],
 ) -> anyhow::Result<Vec<Scores>> {
+    // All, each facet alone, then each language crossed with each kind and each group
+    // ("lang=es,kind=cross").
     let mut groups: Vec<String> = vec!["all".to_string()];
+    let mut crossed: Vec<String> = Vec::new();
     for case in cases {
-        let named = [("lang", &case.lang), ("kind", &case.kind)];
-        for (what, value) in named {
-            if let Some(v) = value {
-                let g = format!("{what}={v}");
-                if !groups.contains(&g) {
-                    groups.push(g);
+        let facets = case.facets();
+        for (name, value) in &facets {
+            let g = format!("{name}={value}");
+            if !groups.contains(&g) {
+                groups.push(g);
+            }
+        }
+        if let Some((_, lang)) = facets.iter().find(|(n, _)| *n == "lang") {
+            for (name, value) in facets.iter().filter(|(n, _)| *n != "lang") {
+                let g = format!("lang={lang},{name}={value}");
+                if !crossed.contains(&g) {
+                    crossed.push(g);
                 }
             }
         }
     }
-    let in_group = |case: &Case, group: &str| match group.split_once('=') {
-        Some(("lang", v)) => case.lang.as_deref() == Some(v),
-        Some(("kind", v)) => case.kind.as_deref() == Some(v),
-        _ => true,
+    crossed.sort();
+    groups.extend(crossed);
+    let in_group = |case: &Case, group: &str| {
+        let facets = case.facets();
+        group == "all"
+            || group.split(',').all(|part| {
+                part.split_once('=').is_some_and(|(name, value)| {
+                    facets.iter().any(|(n, v)| *n == name && *v == value)
+                })
+            })
     };
     let mut out = Vec::new();
     for &mode in modes {
@@ -164,7 +198,7 @@ pub async fn evaluate(
 /// The scores as a plain-text table, grouped by query group, modes side by side.
 pub fn table(scores: &[Scores], k: usize) -> String {
     let mut s = format!(
-        "{:<12} {:<8} {:>7} {:>10} {:>8} {:>9}\n",
+        "{:<24} {:<8} {:>7} {:>10} {:>8} {:>9}\n",
         "group",
         "mode",
         "queries",
@@ -181,7 +215,7 @@ pub fn table(scores: &[Scores], k: usize) -> String {
     for group in groups {
         for x in scores.iter().filter(|x| x.group == group) {
             s.push_str(&format!(
-                "{:<12} {:<8} {:>7} {:>10.3} {:>8.3} {:>9.3}\n",
+                "{:<24} {:<8} {:>7} {:>10.3} {:>8.3} {:>9.3}\n",
                 x.group, x.mode, x.queries, x.recall_at_k, x.mrr_at_10, x.ndcg_at_10
             ));
         }

@@ -660,4 +660,48 @@ mod tests {
         assert!(index.search("user name", Lang::En, 5).unwrap().is_empty());
         assert!(index.search("   ", Lang::En, 5).unwrap().is_empty());
     }
+
+    /// An index written before chunks carried their defined names (no `defines` field)
+    /// opens, takes new chunks and answers; only the lookup by name waits for a rebuild.
+    #[test]
+    fn an_index_from_before_definitions_by_name_still_serves() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let text = TextOptions::default().set_indexing_options(
+                TextFieldIndexing::default()
+                    .set_tokenizer("assist_en")
+                    .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+            );
+            let mut b = Schema::builder();
+            for name in ["chunk_id", "source_file", "doc_type"] {
+                b.add_text_field(name, STRING | STORED);
+            }
+            for name in ["section_en", "section_es", "body_en", "body_es", "code"] {
+                b.add_text_field(name, text.clone());
+            }
+            b.add_text_field("payload", STORED);
+            let directory = MmapDirectory::open(dir.path()).unwrap();
+            Index::create(directory, b.build(), tantivy::IndexSettings::default()).unwrap();
+        }
+        let index = TantivyIndex::open(dir.path()).unwrap();
+        let mut code = chunk(
+            "py-1",
+            "client.py",
+            DocType::Code,
+            "def retry_with_backoff(call)",
+            "def retry_with_backoff(call):\n    return call()",
+        );
+        code.defines = vec!["retry_with_backoff".into()];
+        index
+            .replace_files(&[("client.py".into(), vec![code])])
+            .unwrap();
+        let found = index
+            .search("what does retry_with_backoff return?", Lang::En, 5)
+            .unwrap();
+        assert_eq!(ids(&found), ["py-1"]);
+        // A fresh index has the field, and the name alone finds the definition there.
+        let fresh = TantivyIndex::in_memory().unwrap();
+        assert!(fresh.fields.text(analyzers::Field::Defines).is_some());
+        assert!(index.fields.text(analyzers::Field::Defines).is_none());
+    }
 }

@@ -98,23 +98,38 @@ async fn inside_a_line_the_middle_is_one_line_streamed_over_openai() {
     }
 }
 
+/// Asks `brunix` to fill between `prefix` and `suffix` over Ollama's `/api/generate` and
+/// returns the prompt the upstream was sent.
+pub(crate) async fn fim_prompt(
+    gw: &Gateway,
+    up: &ScriptedUpstream,
+    prefix: &str,
+    suffix: &str,
+) -> String {
+    let (status, _, text) = post(
+        &gw.url("/api/generate"),
+        json!({"model": "brunix", "stream": false, "prompt": prefix, "suffix": suffix}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    up.last_request().body["prompt"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 #[tokio::test]
 async fn repository_snippets_near_the_cursor_come_in_the_templates_repository_form() {
     let up = ScriptedUpstream::start().await;
     let gw = Gateway::with_knowledge(&up, Provider::Ollama, qwen).await;
     up.push(Reply::tokens(&["\"BRISA_PORT\")\n"]));
-    let (status, _, text) = post(
-        &gw.url("/api/generate"),
-        json!({"model": "brunix", "stream": false,
-            "prompt": "# read the server port from the environment variable\nport = getenv(",
-            "suffix": "\nserve(port)\n"}),
+    let prompt = fim_prompt(
+        &gw,
+        &up,
+        "# read the server port from the environment variable\nport = getenv(",
+        "\nserve(port)\n",
     )
     .await;
-    assert_eq!(status, 200, "{text}");
-    let prompt = up.last_request().body["prompt"]
-        .as_str()
-        .unwrap()
-        .to_string();
     assert!(
         prompt.starts_with("<|repo_name|>repository\n<|file_sep|>"),
         "{prompt}"

@@ -54,18 +54,13 @@ async fn a_completion_inside_a_call_carries_the_called_functions_signature() {
     })
     .await;
     up.push(Reply::tokens(&["lambda: client.orders(user_id)"]));
-    let (status, _, text) = post(
-        &gw.url("/api/generate"),
-        json!({"model": "brunix", "stream": false,
-            "prompt": "class OrdersClient(BrisaClient):\n    def orders(self, user_id: int) -> list:\n        rows = retry_with_backoff(",
-            "suffix": "lambda: self._request(\"GET\", f\"/users/{user_id}/orders\"))\n        return rows\n"}),
+    let prompt = crate::completion::fim_prompt(
+        &gw,
+        &up,
+        "class OrdersClient(BrisaClient):\n    def orders(self, user_id: int) -> list:\n        rows = retry_with_backoff(",
+        "lambda: self._request(\"GET\", f\"/users/{user_id}/orders\"))\n        return rows\n",
     )
     .await;
-    assert_eq!(status, 200, "{text}");
-    let prompt = up.last_request().body["prompt"]
-        .as_str()
-        .unwrap()
-        .to_string();
     let definition = prompt
         .find(SIGNATURE)
         .unwrap_or_else(|| panic!("no signature in {prompt}"));

@@ -195,6 +195,10 @@ async fn eval_retrieval_reports_each_language_and_kind() {
     assert_eq!(row("lang=es")[2], "2", "{stdout}");
     assert_eq!(row("kind=same")[2], "2", "{stdout}");
     assert_eq!(row("kind=cross")[2], "1", "{stdout}");
+    // Each language crossed with each kind.
+    assert_eq!(row("lang=es,kind=same")[2], "1", "{stdout}");
+    assert_eq!(row("lang=es,kind=cross")[2], "1", "{stdout}");
+    assert_eq!(row("lang=en,kind=same")[2], "1", "{stdout}");
     // The same-language questions are found first (their words are in the file).
     assert_eq!(row("kind=same")[4], "1.000", "{stdout}");
 }
