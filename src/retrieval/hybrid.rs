@@ -12,12 +12,9 @@
 //! passage in the other language that holds the answer seldom reaches the top; with it,
 //! each passage ranks about where its translation would.
 //!
-//! BM25 reads only the words of the question's language, and its weight can differ by that
-//! language (`retrieval.bm25_weight_by_language`) when the embedder reads it: Spanish
-//! technical prose keeps English commands and terms, so an English question's words still
-//! find Spanish passages, while a Spanish question's words find no English one, and BM25's
-//! full vote then pushes Spanish passages that miss the answer above the English one that
-//! holds it.
+//! BM25 reads the question's words in its own language and, through the glossary
+//! (`glossary.txt`), their translations in the other; its weight can differ by the
+//! question's language (`retrieval.bm25_weight_by_language`) when the embedder reads it.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -5,6 +5,7 @@
 pub mod analyzers;
 pub mod edge;
 pub mod fusion;
+mod glossary;
 pub mod hybrid;
 pub mod indexes;
 pub mod lang;
