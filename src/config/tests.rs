@@ -80,7 +80,7 @@ fn per_language_weights_are_set_one_language_at_a_time() {
     figment::Jail::expect_with(|jail| {
         let defaults = Settings::load_without_env(None).unwrap().retrieval;
         assert_eq!(defaults.bm25_weight_by_language.en, None);
-        assert_eq!(defaults.bm25_weight_by_language.es, Some(0.2));
+        assert_eq!(defaults.bm25_weight_by_language.es, None);
         jail.create_file(
             "c.toml",
             "[retrieval]\nbm25_weight_by_language = { en = 0.8 }\n",
@@ -88,11 +88,7 @@ fn per_language_weights_are_set_one_language_at_a_time() {
         let s = Settings::load(Some(Path::new("c.toml"))).unwrap();
         let by_language = s.retrieval.bm25_weight_by_language;
         assert_eq!(by_language.en, Some(0.8));
-        assert_eq!(
-            by_language.es,
-            Some(0.2),
-            "the default's other languages stay"
-        );
+        assert_eq!(by_language.es, None, "the other language keeps bm25_weight");
         jail.set_env("ASSIST__RETRIEVAL__BM25_WEIGHT_BY_LANGUAGE__ES", "1");
         let s = Settings::load(Some(Path::new("c.toml"))).unwrap();
         assert_eq!(s.retrieval.bm25_weight_by_language.es, Some(1.0));
